@@ -1,0 +1,30 @@
+"""mxmixed: float16 mixed-precision training and inference for Apache MXNet 1.9.1.
+
+It covers both the Gluon and the Symbol APIs: helpers around ``mxnet.contrib.amp``,
+a CPU float16 emulation with GPU-faithful numerics, and executable tutorials.
+"""
+from ._compat import check_mxnet_installed, check_numpy
+
+check_numpy()
+check_mxnet_installed()
+
+from ._version import __version__  # noqa: E402
+from . import data, emulation, fit, graphpass, models  # noqa: E402
+from .data import digits_datasets, digits_loaders  # noqa: E402
+from .emulation import emulated, emulation_active  # noqa: E402
+from .models import DigitsCNN, digits_cnn  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "data",
+    "emulation",
+    "fit",
+    "graphpass",
+    "models",
+    "digits_datasets",
+    "digits_loaders",
+    "DigitsCNN",
+    "digits_cnn",
+    "emulated",
+    "emulation_active",
+]

@@ -1,0 +1,6 @@
+"""``python -m mxmixed``."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,94 @@
+"""What ``mxmixed info`` reports: the MXNet build, the GPUs, float16 support and versions."""
+import platform
+from importlib import metadata
+
+import mxnet as mx
+
+from . import emulation
+from ._version import __version__
+
+__all__ = ["collect", "format_info", "PINNED_PACKAGES"]
+
+PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
+                   "matplotlib", "tqdm", "pytest", "nbval")
+
+
+def _version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_has_avx512_bf16():
+    """Whether the CPU advertises AVX512-BF16 (read from /proc/cpuinfo; False elsewhere).
+
+    Returns
+    -------
+    bool
+    """
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return "avx512_bf16" in handle.read()
+    except OSError:
+        return False
+
+
+def collect():
+    """Gather the facts ``mxmixed info`` prints.
+
+    Returns
+    -------
+    dict
+        Keys ``mxmixed``, ``python``, ``mxnet``, ``build``, ``features``, ``gpus``,
+        ``float16_gemm``, ``emulation``, ``avx512_bf16`` and ``packages``.
+    """
+    features = mx.runtime.Features()
+    enabled = sorted(name for name in features.keys() if features.is_enabled(name))
+    cuda = features.is_enabled("CUDA")
+    gpus = mx.context.num_gpus() if cuda else 0
+    if gpus:
+        gemm = "native: float16 GEMMs run on %d GPU(s) (Tensor Cores on Volta and newer)" % gpus
+    else:
+        gemm = ("emulated: MXNet's CPU build has no float16 GEMM, so mxmixed.emulation runs "
+                "float16 graphs on CPU with GPU-faithful numerics (numerics, not speed)")
+    return {
+        "mxmixed": __version__,
+        "python": platform.python_version(),
+        "mxnet": mx.__version__,
+        "build": "CUDA" if cuda else "CPU",
+        "features": enabled,
+        "gpus": gpus,
+        "float16_gemm": gemm,
+        "emulation": emulation.describe(),
+        "avx512_bf16": cpu_has_avx512_bf16(),
+        "packages": {name: _version(name) for name in PINNED_PACKAGES},
+    }
+
+
+def format_info(info):
+    """Format :func:`collect`'s dict as aligned lines of text.
+
+    Parameters
+    ----------
+    info : dict
+        As returned by :func:`collect`.
+
+    Returns
+    -------
+    str
+    """
+    lines = [
+        ("mxmixed", info["mxmixed"]),
+        ("python", info["python"]),
+        ("mxnet", "%s (%s build)" % (info["mxnet"], info["build"])),
+        ("build features", ", ".join(info["features"])),
+        ("GPUs seen", str(info["gpus"])),
+        ("float16 GEMM", info["float16_gemm"]),
+        ("CPU emulation", info["emulation"]),
+        ("CPU AVX512-BF16", "yes" if info["avx512_bf16"] else "no"),
+    ]
+    lines += [("  " + name, version) for name, version in info["packages"].items()
+              if version is not None]
+    width = max(len(key) for key, _ in lines)
+    return "\n".join("%s : %s" % (key.ljust(width), value) for key, value in lines)

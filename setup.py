@@ -1,0 +1,46 @@
+"""Packaging for mxmixed: mixed-precision helpers and tutorials for Apache MXNet 1.9.1.
+
+The base install pulls in no MXNet build: choose one with an extra, ``cpu`` for the
+``mxnet`` wheel or ``cu112`` for ``mxnet-cu112``. Always install with
+``-c constraints.txt`` so that pip cannot upgrade numpy past 1.23.5.
+"""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"',
+                    (HERE / "mxmixed" / "_version.py").read_text()).group(1)
+
+setup(
+    name="mxmixed",
+    version=VERSION,
+    description="Float16 mixed-precision training and inference for Apache MXNet "
+                "(Gluon and Symbol APIs): helpers, CPU emulation and tutorials.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.8,<3.12",
+    packages=find_packages(include=["mxmixed", "mxmixed.*"]),
+    install_requires=[
+        "numpy>=1.16,<1.24",
+        "scikit-learn>=1.0",
+        "tqdm>=4.50",
+        "matplotlib>=3.3",
+        "gluoncv==0.10.5.post0",
+        "opencv-python<4.12",
+    ],
+    extras_require={
+        "cpu": ["mxnet==1.9.1"],
+        "cu112": ["mxnet-cu112==1.9.1"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel"],
+        "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
+    },
+    entry_points={"console_scripts": ["mxmixed=mxmixed.cli:main"]},
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

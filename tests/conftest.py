@@ -1,0 +1,34 @@
+"""Shared fixtures: every test starts and ends with emulation off and seeded generators."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import mxnet as mx  # noqa: E402
+
+from mxmixed import emulation  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _clean_emulation_state():
+    emulation.disable()
+    mx.random.seed(0)
+    np.random.seed(0)
+    yield
+    emulation.disable()
+
+
+def run_python(code, timeout=300, env=None):
+    """Run Python code in a fresh interpreter (for AMP, whose patches cannot be undone).
+
+    Returns the CompletedProcess; stdout and stderr are text.
+    """
+    full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=ROOT)
