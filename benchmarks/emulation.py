@@ -1,0 +1,94 @@
+"""Cost of CPU float16 emulation: emulated AMP step time against the float32 step, side by side.
+
+This measures what emulation costs on a CPU. It says nothing about GPU speed: emulation
+reproduces float16 numerics, not float16 speed, and on a CPU it is always slower than float32.
+
+Workloads: the tutorial digits CNN (batch 64, 8x8) and gluoncv's ``cifar_resnet20_v1``
+(hybridized, batch 64, 3x32x32), one SGD training step each. Goal: the emulated step costs at
+most 3x the float32 step.
+
+Usage: ``python benchmarks/emulation.py [--rounds N] [--steps N] [--json PATH]``
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _workers import compare  # noqa: E402
+
+SETUP = r"""
+def setup(model, amp_on, batch=64):
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    if amp_on:
+        from mxnet.contrib import amp
+        from mxmixed import emulation
+        emulation.enable()
+        amp.init()
+    mx.random.seed(0)
+    if model == "digits_cnn":
+        from mxmixed.models import digits_cnn
+        net = digits_cnn(seed=0)
+        X = mx.nd.random.uniform(shape=(batch, 1, 8, 8))
+    else:
+        from gluoncv.model_zoo import get_model
+        net = get_model(model, pretrained=False, classes=10)
+        net.initialize(mx.init.Xavier())
+        X = mx.nd.random.uniform(shape=(batch, 3, 32, 32))
+    y = mx.nd.array(mx.nd.random.randint(0, 10, shape=(batch,)).asnumpy())
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
+                            update_on_kvstore=False)
+    if amp_on:
+        amp.init_trainer(trainer)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def step():
+        with autograd.record():
+            loss = loss_fn(net(X), y)
+            if amp_on:
+                with amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+        if not amp_on:
+            loss.backward()
+        trainer.step(batch)
+    return step
+"""
+
+WORKLOADS = ("digits_cnn", "cifar_resnet20_v1")
+
+
+def run(rounds=5, steps=5):
+    """Measure every workload; return a list of result dicts."""
+    results = []
+    for model in WORKLOADS:
+        figure = compare(SETUP, {"model": model, "amp_on": False}, {"model": model, "amp_on": True},
+                         rounds=rounds, steps=steps)
+        figure.update({"workload": model, "figure": "emulated AMP step / float32 step (CPU)",
+                       "goal": "<= 3.0"})
+        results.append(figure)
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    results = run(args.rounds, args.steps)
+    print("CPU float16 emulation cost (numerics, not speed): emulated AMP step / float32 step")
+    print("%-20s %12s %14s %8s %15s" % ("workload", "float32 s", "emulated s", "ratio", "spread"))
+    for r in results:
+        print("%-20s %12.4f %14.4f %7.2fx %7.2f-%.2fx" % (
+            r["workload"], r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
+            r["ratio_min"], r["ratio_max"]))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

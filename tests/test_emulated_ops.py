@@ -1,0 +1,39 @@
+"""The emulated-op table: consistent data, backed by the measured op survey."""
+import json
+import os
+
+import mxnet as mx
+
+from conftest import ROOT
+from mxmixed.emulated_ops import EMULATED_OPS, GEMM_OPS, NOT_EMULATED, SLOW_OPS
+
+
+def test_no_op_sits_in_two_lists():
+    assert not set(GEMM_OPS) & set(SLOW_OPS)
+    assert not set(EMULATED_OPS) & set(NOT_EMULATED)
+
+
+def test_amp_float16_ops_and_dot_are_emulated():
+    from mxnet.contrib import amp
+
+    assert set(amp.list_lp16_ops("float16")) | {"dot", "batch_dot"} <= set(GEMM_OPS)
+
+
+def test_every_emulated_op_exists_in_mxnet():
+    for name in EMULATED_OPS:
+        assert hasattr(mx.nd, name) or hasattr(mx.nd.op, name), name
+
+
+def test_every_slow_op_was_measured_over_2x_in_the_survey():
+    with open(os.path.join(ROOT, "benchmarks", "op_survey.json")) as handle:
+        survey = json.load(handle)["ops"]
+    worst = {}
+    for row in survey:
+        ratios = [r for r in (row.get("ratio"), row.get("fwd_ratio"), row.get("ratio_scaled"))
+                  if r is not None]
+        if ratios:
+            worst[row["op"]] = max(worst.get(row["op"], 0), max(ratios))
+    for name in SLOW_OPS:
+        assert worst.get(name, 0) > 2.0, name
+    for name in NOT_EMULATED:
+        assert name in worst, name
