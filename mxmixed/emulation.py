@@ -278,7 +278,7 @@ def enable(mode="on"):
     mode : {'on', 'auto'}, default 'on'
         ``'on'`` emulates float16 on CPU contexts whatever else the machine has. ``'auto'``
         emulates only when no GPU is visible, and then logs once that float16 runs emulated,
-        for numerics and not speed; the higher-level helpers use it.
+        for numerics and not speed; it is meant for higher-level helpers.
 
     Returns
     -------
@@ -359,5 +359,5 @@ def describe():
         return "active (%s): %d ops emulated" % (_State.reason, len(EMULATED_OPS))
     if _State.reason:
         return "inactive (%s)" % _State.reason
-    return ("inactive (switch it on with mxmixed.emulation.enable(); the helpers use "
-            "mode='auto', which emulates when no GPU is visible)")
+    return ("inactive (switch it on with mxmixed.emulation.enable(); mode='auto' emulates "
+            "only when no GPU is visible)")

@@ -1,0 +1,44 @@
+"""Emulation with ``mxnet.contrib.amp`` works in either order (each in a fresh interpreter)."""
+import pytest
+
+from conftest import run_python
+
+SCRIPT = """
+import mxnet as mx, numpy as np
+from mxnet import autograd, gluon
+from mxnet.contrib import amp
+from mxmixed import emulation
+from mxmixed.models import digits_cnn
+if %(emulation_first)r:
+    emulation.enable(); amp.init()
+else:
+    amp.init(); emulation.enable()
+net = digits_cnn(seed=0)
+if %(hybridize)r:
+    net.hybridize()
+X = mx.nd.random.uniform(shape=(8, 1, 8, 8))
+with autograd.record():
+    out = net(X)
+out.backward()
+assert out.dtype == np.float16, out.dtype
+assert net.hidden.weight.grad().dtype == np.float32
+assert np.isfinite(net.hidden.weight.grad().asnumpy()).all()
+emulation.disable()
+# AMP's own wrappers survive disable(): float16 GEMM is AMP's again, and fails on CPU.
+try:
+    gluon.nn.Dense(4, in_units=8)
+    d = gluon.nn.Dense(4, in_units=8); d.initialize(); d(mx.nd.ones((1, 8))).wait_to_read()
+    print("AFTER_DISABLE=ran")
+except mx.base.MXNetError:
+    print("AFTER_DISABLE=amp-still-casts")
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("emulation_first", [True, False], ids=["emulation-first", "amp-first"])
+@pytest.mark.parametrize("hybridize", [False, True], ids=["imperative", "hybridized"])
+def test_amp_and_emulation_work_in_either_order(emulation_first, hybridize):
+    proc = run_python(SCRIPT % {"emulation_first": emulation_first, "hybridize": hybridize})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OK" in proc.stdout
+    assert "AFTER_DISABLE=amp-still-casts" in proc.stdout
