@@ -9,10 +9,13 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import data, emulation, fit, graphpass, models  # noqa: E402
+from . import data, emulation, fit, graphpass, models, scaler, training  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
 from .models import DigitsCNN, digits_cnn  # noqa: E402
+from .scaler import LossScaleError, LossScaler  # noqa: E402
+from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
+                       init_trainer, loss_scaler, scale_loss, step, unscale)
 
 __all__ = [
     "__version__",
@@ -27,4 +30,17 @@ __all__ = [
     "digits_cnn",
     "emulated",
     "emulation_active",
+    "scaler",
+    "training",
+    "LossScaler",
+    "LossScaleError",
+    "init",
+    "amp_scope",
+    "amp_initialized",
+    "init_trainer",
+    "loss_scaler",
+    "scale_loss",
+    "unscale",
+    "clip_global_norm",
+    "step",
 ]
