@@ -9,7 +9,8 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import data, emulation, fit, graphpass, models, scaler, training  # noqa: E402
+from . import checkpoint, data, emulation, fit, graphpass, models, scaler, training  # noqa: E402
+from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
 from .models import DigitsCNN, digits_cnn  # noqa: E402
@@ -32,6 +33,8 @@ __all__ = [
     "emulation_active",
     "scaler",
     "training",
+    "checkpoint",
+    "CheckpointError",
     "LossScaler",
     "LossScaleError",
     "init",

@@ -247,6 +247,7 @@ class LossScaler:
         state : dict
             As returned by :meth:`state_dict`.
         """
+        mirror, attached = self._mirror, getattr(self, "_attached", False)
         try:
             config = state["config"]
             self.__init__(init_scale=state["loss_scale"],
@@ -259,18 +260,26 @@ class LossScaler:
             self._history.extend(tuple(h) for h in state["history"])
         except (KeyError, TypeError) as err:
             raise ValueError("not a LossScaler state: missing or bad entry %s" % err) from None
+        finally:
+            self._mirror, self._attached = mirror, attached
         self._sync_mirror()
 
 
 def _all_finite(grads):
     if not grads:
         return True
+    groups = {}
+    for grad in grads:  # multi_all_finite needs one dtype; BatchNorm stays float32 in a float16 net
+        groups.setdefault((grad.dtype, grad.context), []).append(grad)
     with autograd.pause():
-        ok = mx.nd.ones((1,), ctx=grads[0].context)
-        for start in range(0, len(grads), 200):
-            chunk = grads[start:start + 200]
-            mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
-        return bool(ok.asscalar())
+        flags = []
+        for (_, ctx), group in groups.items():
+            ok = mx.nd.ones((1,), ctx=ctx)
+            for start in range(0, len(group), 200):
+                chunk = group[start:start + 200]
+                mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
+            flags.append(ok)
+        return all(bool(flag.asscalar()) for flag in flags)
 
 
 def _overflow_message(params, scale):

@@ -149,3 +149,35 @@ def test_overflow_at_min_scale_raises_naming_kind_and_parameter(bad, kind):
         scaler.has_overflow(params)
     message = str(err.value)
     assert kind in message and "culprit_weight" in message and "float32" in message
+
+
+def test_has_overflow_handles_float16_weights_with_float32_batchnorm_grads():
+    from mxnet import autograd
+
+    from mxmixed import emulation
+    from mxmixed.models import digits_cnn
+
+    net = digits_cnn(seed=0)
+    net.cast("float16")
+    with emulation.emulated():
+        with autograd.record():
+            loss = net(mx.nd.ones((4, 1, 8, 8), dtype="float16")).astype("float32").sum()
+        loss.backward()
+        params = list(net.collect_params().values())
+        assert {np.dtype(p.dtype).name for p in params} == {"float16", "float32"}
+        scaler = LossScaler(init_scale=8)
+        assert not scaler.has_overflow(params)
+        params[0].grad()[:] = np.inf
+        assert scaler.has_overflow(params)
+
+
+def test_load_state_dict_keeps_the_link_to_amps_global_scaler():
+    class Global:
+        _loss_scale = _next_loss_scale = 2.0 ** 16
+
+    scaler = LossScaler()
+    scaler._mirror = Global()
+    scaler.load_state_dict(LossScaler(init_scale=8.0).state_dict())
+    assert scaler._mirror._loss_scale == 8.0
+    scaler.update(True)
+    assert scaler._mirror._loss_scale == 4.0
