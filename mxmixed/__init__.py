@@ -9,11 +9,13 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import checkpoint, data, emulation, fit, graphpass, models, scaler, training  # noqa: E402
+from . import checkpoint, data, emulation, fit, graphpass, models, optim, scaler, training  # noqa: E402
 from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
 from .models import DigitsCNN, digits_cnn  # noqa: E402
+from .optim import (MasterParams, grads_to_master, make_master_params,  # noqa: E402
+                    master_to_model, master_weights, multi_precision_trainer, sgd_momentum_step)
 from .scaler import LossScaleError, LossScaler  # noqa: E402
 from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
                        init_trainer, loss_scaler, scale_loss, step, unscale)
@@ -35,6 +37,14 @@ __all__ = [
     "training",
     "checkpoint",
     "CheckpointError",
+    "optim",
+    "MasterParams",
+    "make_master_params",
+    "grads_to_master",
+    "master_to_model",
+    "master_weights",
+    "multi_precision_trainer",
+    "sgd_momentum_step",
     "LossScaler",
     "LossScaleError",
     "init",
