@@ -29,6 +29,12 @@ the same code uses the real float16 kernels on a GPU.
    switched on keeps its plain cached graph; call ``net.hybridize()`` again to rebuild it.
 
 .. note::
+   Training a float16 Deconvolution imperatively or in a hybridized block raises
+   NotImplementedError on MXNet's oneDNN build: its backward fails and corrupts the process
+   when the weight is computed (an MXNet 1.9.1 bug the weight's cast triggers). Set
+   ``MXNET_MKLDNN_ENABLED=0``, use the Symbol executor, or a GPU. Inference is unaffected.
+
+.. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
    states stay float32 between time steps, where cuDNN keeps float16 states. The difference
    to a step-by-step float16 reference is measured in ``tests/test_emulation_rnn.py`` and
@@ -37,6 +43,7 @@ the same code uses the real float16 kernels on a GPU.
 import contextlib
 import inspect
 import logging
+import os
 
 import numpy as np
 
@@ -44,7 +51,7 @@ import mxnet as mx
 from mxnet.ndarray import NDArray
 
 from .emulated_ops import EMULATED_OPS
-from .graphpass import emulate_symbol
+from .graphpass import emulate_symbol, rewritten_op_types
 
 __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
            "EmulatedCachedOp"]
@@ -67,6 +74,24 @@ def _gpu_visible():
         return mx.context.num_gpus() > 0
     except mx.base.MXNetError:
         return False
+
+
+_DECONV_TRAINING = (
+    "training a float16 Deconvolution under CPU emulation hits an MXNet 1.9.1 oneDNN bug: its "
+    "backward fails ('could not execute a primitive') and corrupts the process when the weight "
+    "is computed, which the float16-to-float32 cast makes it. Set MXNET_MKLDNN_ENABLED=0 "
+    "before importing mxnet, bind it as a Symbol (Module API), or train on a GPU; inference "
+    "works as it is")
+
+
+def _onednn_active():
+    return (mx.runtime.Features().is_enabled("MKLDNN")
+            and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0")
+
+
+def _refuse_deconv_training():
+    if mx.autograd.is_recording() and _onednn_active():
+        raise NotImplementedError(_DECONV_TRAINING)
 
 
 # ---------------------------------------------------------------- imperative NDArray calls
@@ -109,6 +134,8 @@ def _make_nd_wrapper(op_name, original, spec):
                 raise TypeError("%s got inputs of dtypes %s; MXNet needs one dtype for all of "
                                 "them (a GPU run fails too): cast them alike"
                                 % (op_name, sorted(np.dtype(d).name for d in dtypes)))
+        if op_name == "Deconvolution":
+            _refuse_deconv_training()
         out = kwargs.pop("out", None)
         new_args = [a if k in spec.keep_inputs else _upcast(a) for k, a in enumerate(args)]
         new_kwargs = {n: v if n in keep_names else _upcast(v) for n, v in kwargs.items()}
@@ -188,6 +215,7 @@ class EmulatedCachedOp:
         self._flags = list(flags)
         self._names = sym.list_inputs()
         self._ops = {}
+        self._deconv = {}
         self._hook = None
         self.is_np_sym = _REAL_CACHED_OP(sym, self._flags).is_np_sym
 
@@ -202,12 +230,17 @@ class EmulatedCachedOp:
                     raise RuntimeError("mxmixed.emulation changed the inputs of a graph; "
                                        "please report this with the model's symbol JSON")
             op = self._ops[key] = _REAL_CACHED_OP(sym, self._flags)
+            self._deconv[key] = (sym is not self._sym
+                                 and "Deconvolution" in rewritten_op_types(sym))
             if self._hook is not None:
                 op._register_op_hook(*self._hook)
-        return op
+        return op, self._deconv[key]
 
     def __call__(self, *args, **kwargs):
-        return self._op_for(args)(*args, **kwargs)
+        op, emulates_deconv = self._op_for(args)
+        if emulates_deconv:
+            _refuse_deconv_training()
+        return op(*args, **kwargs)
 
     def _register_op_hook(self, callback, monitor_all=False):
         self._hook = (callback, monitor_all)

@@ -19,7 +19,7 @@ from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
 from .emulated_ops import EMULATED_OPS
 
-__all__ = ["emulate_symbol", "count_emulated"]
+__all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types"]
 
 _FLOAT16 = np.dtype(np.float16)
 
@@ -181,3 +181,21 @@ def count_emulated(sym):
         if node["op"] == "amp_cast" and "_emu_" in node["name"]:
             counts["to_" + node["attrs"]["dtype"]] += 1
     return counts
+
+
+def rewritten_op_types(sym):
+    """The op types that :func:`emulate_symbol` rewrote in a graph.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        A graph returned by :func:`emulate_symbol`.
+
+    Returns
+    -------
+    set of str
+    """
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    return {node["op"] for node in nodes if node["op"] != "null"
+            and any(nodes[src]["name"].startswith(node["name"] + "_emu_in")
+                    for src, _, _ in node["inputs"])}
