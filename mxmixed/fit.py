@@ -1,4 +1,6 @@
-"""The plain Gluon training and evaluation loops shared by the demo, notebooks and tests."""
+"""The Gluon training and evaluation loops shared by the demo, notebooks, scripts and tests."""
+import contextlib
+
 import numpy as np
 
 import mxnet as mx
@@ -120,3 +122,164 @@ def fit(net, train_loader, test_loader, epochs=3, learning_rate=0.1, momentum=0.
     for epoch in _progress(range(epochs), progress, "epochs", total=epochs):
         losses.append(train_epoch(net, train_loader, trainer, ctx=ctx))
     return {"losses": losses, "accuracy": evaluate(net, test_loader, ctx)}
+
+
+PRECISIONS = ("float32", "amp", "float16")
+
+
+def _param_bytes(net):
+    return int(sum(np.prod(p.shape) * np.dtype(p.dtype).itemsize
+                   for p in net.collect_params().values()))
+
+
+def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, momentum=0.9,
+                    scaler=None, clip=None, ctx=None, progress=True, hybridize=True):
+    """Train one classifier in float32, AMP or float16 (cast + master weights), same code path.
+
+    This is the ``enabled=`` switch of the PyTorch AMP recipe: the three runs differ only in
+    ``precision``. AMP runs inside :func:`mxmixed.amp_scope`, so float32 and AMP runs can sit
+    side by side in one process; on a CPU, float16 is emulated (numerics, not speed).
+
+    Parameters
+    ----------
+    precision : {'float32', 'amp', 'float16'}
+        ``'amp'``: ``mxnet.contrib.amp`` through mxmixed, float32 params, dynamic scaling by
+        default. ``'float16'``: ``net.cast('float16')``, multi-precision SGD (float32 master
+        weights), static scale 128 by default.
+    build_net : callable
+        Returns a fresh initialized network; called inside the precision's scope.
+    loaders : tuple of DataLoader
+        ``(train_loader, test_loader)``.
+    epochs : int, default 3
+    learning_rate, momentum : float
+        SGD settings.
+    scaler : {'dynamic'} or float or LossScaler, optional
+        Loss scaling for 'amp' and 'float16'.
+    clip : float, optional
+        Clip the global norm of the true gradients.
+    ctx : mxnet.Context, optional
+        The CPU by default.
+    progress : bool, default True
+        A tqdm bar over the steps.
+    hybridize : bool, default True
+
+    Returns
+    -------
+    dict
+        ``precision``, ``accuracy``, ``losses`` (per step), ``scales`` (per step, None in
+        float32), ``skipped`` (count), ``param_bytes``, ``net`` and ``trainer``.
+    """
+    from tqdm.auto import tqdm
+
+    from . import emulation
+    from .optim import multi_precision_trainer
+    from .training import amp_scope, clip_global_norm, init_trainer, scale_loss, step
+
+    if precision not in PRECISIONS:
+        raise ValueError("precision must be one of %s, got %r" % (PRECISIONS, precision))
+    if epochs < 1:
+        raise ValueError("epochs must be at least 1, got %r" % (epochs,))
+    ctx = ctx or mx.cpu()
+    train_loader, test_loader = loaders
+    dtype = "float16" if precision == "float16" else "float32"
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    optimizer_params = {"learning_rate": learning_rate, "momentum": momentum}
+    losses, scales = [], []
+    emulate = emulation.emulated("auto") if precision == "float16" else contextlib.nullcontext()
+    with emulate, amp_scope(enabled=precision == "amp"):
+        net = build_net()
+        if precision == "float16":
+            net.cast("float16")
+            trainer = multi_precision_trainer(net.collect_params(), "sgd", optimizer_params)
+            loss_scaler = init_trainer(trainer, 128.0 if scaler is None else scaler)
+        else:
+            trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params,
+                                    update_on_kvstore=False)
+            loss_scaler = (init_trainer(trainer, "dynamic" if scaler is None else scaler)
+                           if precision == "amp" else None)
+        if hybridize:
+            net.hybridize()
+        bar = tqdm(total=epochs * len(train_loader), desc=precision, leave=False,
+                   disable=not progress)
+        for _ in range(epochs):
+            for X, y in train_loader:
+                X = X.as_in_context(ctx).astype(dtype, copy=False)
+                y = y.as_in_context(ctx)
+                with autograd.record():
+                    loss = loss_fn(net(X), y)
+                    if loss_scaler is not None:
+                        scales.append(loss_scaler.loss_scale)
+                        with scale_loss(loss, trainer) as scaled:
+                            scaled.backward()
+                if loss_scaler is None:
+                    loss.backward()
+                if clip:
+                    clip_global_norm(trainer, clip)
+                step(trainer, X.shape[0])
+                losses.append(float(loss.astype("float32").mean().asscalar()))
+                bar.update(1)
+        bar.close()
+        accuracy = evaluate(net, test_loader, ctx, dtype=dtype)
+    return {"precision": precision, "accuracy": accuracy, "losses": losses,
+            "scales": scales or None,
+            "skipped": loss_scaler.skipped_steps if loss_scaler is not None else 0,
+            "param_bytes": _param_bytes(net), "net": net, "trainer": trainer}
+
+
+def compare_precisions(build_net, make_loaders, precisions=PRECISIONS, seeds=(0,), epochs=3,
+                       progress=True, **kwargs):
+    """Train the same net in several precisions and seeds; summarise accuracy side by side.
+
+    Parameters
+    ----------
+    build_net : callable
+        ``build_net(seed)`` returns a fresh initialized network.
+    make_loaders : callable
+        ``make_loaders(seed)`` returns ``(train_loader, test_loader)``.
+    precisions : sequence of str, default ('float32', 'amp', 'float16')
+    seeds : sequence of int, default (0,)
+    epochs : int, default 3
+    progress : bool, default True
+    **kwargs
+        Passed to :func:`train_precision`.
+
+    Returns
+    -------
+    list of dict
+        One row per precision: ``precision``, ``accuracies`` (per seed), ``mean_accuracy``,
+        ``final_loss`` (mean over seeds), ``final_scale`` and ``skipped`` (of the first seed),
+        ``param_bytes``, and ``runs`` (the full results).
+    """
+    rows = []
+    for precision in precisions:
+        runs = [train_precision(precision, lambda s=seed: build_net(s), make_loaders(seed),
+                                epochs=epochs, progress=progress, **kwargs) for seed in seeds]
+        rows.append({"precision": precision,
+                     "accuracies": [r["accuracy"] for r in runs],
+                     "mean_accuracy": float(np.mean([r["accuracy"] for r in runs])),
+                     "final_loss": float(np.mean([r["losses"][-1] for r in runs])),
+                     "final_scale": runs[0]["scales"][-1] if runs[0]["scales"] else None,
+                     "skipped": runs[0]["skipped"], "param_bytes": runs[0]["param_bytes"],
+                     "runs": runs})
+    return rows
+
+
+def format_comparison(rows):
+    """Format :func:`compare_precisions` rows as a fixed-width text table.
+
+    Parameters
+    ----------
+    rows : list of dict
+
+    Returns
+    -------
+    str
+    """
+    lines = ["%-9s %9s %10s %12s %8s %12s" % ("precision", "accuracy", "final loss", "final scale",
+                                               "skipped", "param bytes")]
+    for row in rows:
+        scale = "-" if row["final_scale"] is None else "%g" % row["final_scale"]
+        lines.append("%-9s %8.2f%% %10.4f %12s %8d %12d" % (
+            row["precision"], 100 * row["mean_accuracy"], row["final_loss"], scale,
+            row["skipped"], row["param_bytes"]))
+    return "\n".join(lines)
