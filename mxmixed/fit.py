@@ -133,7 +133,8 @@ def _param_bytes(net):
 
 
 def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, momentum=0.9,
-                    scaler=None, clip=None, ctx=None, progress=True, hybridize=True):
+                    scaler=None, clip=None, ctx=None, progress=True, hybridize=True,
+                    kvstore="device"):
     """Train one classifier in float32, AMP or float16 (cast + master weights), same code path.
 
     This is the ``enabled=`` switch of the PyTorch AMP recipe: the three runs differ only in
@@ -162,6 +163,8 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
     progress : bool, default True
         A tqdm bar over the steps.
     hybridize : bool, default True
+    kvstore : str, default 'device'
+        The Trainer's kvstore; updates always happen locally (``update_on_kvstore=False``).
 
     Returns
     -------
@@ -190,11 +193,12 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
         net = build_net()
         if precision == "float16":
             net.cast("float16")
-            trainer = multi_precision_trainer(net.collect_params(), "sgd", optimizer_params)
+            trainer = multi_precision_trainer(net.collect_params(), "sgd", optimizer_params,
+                                              kvstore=kvstore)
             loss_scaler = init_trainer(trainer, 128.0 if scaler is None else scaler)
         else:
             trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params,
-                                    update_on_kvstore=False)
+                                    kvstore=kvstore, update_on_kvstore=False)
             loss_scaler = (init_trainer(trainer, "dynamic" if scaler is None else scaler)
                            if precision == "amp" else None)
         if hybridize:

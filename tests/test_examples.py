@@ -1,0 +1,48 @@
+"""examples/train.py: the gluoncv-style flags, offline by default, clear errors."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, "examples", "train.py")
+
+
+def _run(*flags):
+    return subprocess.run([sys.executable, SCRIPT, "--no-progress", *flags], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+
+
+def _accuracy(stdout):
+    line = [l for l in stdout.splitlines() if l.startswith("test accuracy:")][0]
+    return float(line.split(":")[1].strip().rstrip("%"))
+
+
+@pytest.mark.parametrize("flags", [["--amp"], ["--dtype", "float16", "--static-loss-scale", "64"]],
+                         ids=["amp", "float16"])
+def test_train_script_trains_the_digits_cnn_in_mixed_precision(flags):
+    proc = _run("--epochs", "2", *flags)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _accuracy(proc.stdout) > 80
+    assert "emulated on CPU" in proc.stdout
+
+
+def test_train_script_runs_a_gluoncv_model_on_upscaled_digits():
+    proc = _run("--model", "cifar_resnet20_v1", "--amp", "--epochs", "1", "--batch-size", "256")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "loss scale" in proc.stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--amp", "--dtype", "float16"], "pick one"),
+    (["--static-loss-scale", "128"], "needs --amp"),
+    (["--epochs", "0"], "at least 1"),
+    (["--dataset", "cifar10", "--data-dir", "/nonexistent"], "download=False"),
+    (["--model", "no_such_net", "--epochs", "1"], "unknown --model"),
+])
+def test_train_script_bad_flags_give_one_line_errors(flags, message):
+    proc = _run(*flags)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
