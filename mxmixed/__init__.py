@@ -9,7 +9,8 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import checkpoint, data, emulation, fit, graphpass, models, optim, scaler, training  # noqa: E402
+from . import (checkpoint, data, emulation, fit, graphpass, models, optim, scaler,  # noqa: E402
+               symbolic, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
@@ -17,6 +18,10 @@ from .models import DigitsCNN, digits_cnn  # noqa: E402
 from .optim import (MasterParams, grads_to_master, make_master_params,  # noqa: E402
                     master_to_model, master_weights, multi_precision_trainer, sgd_momentum_step)
 from .scaler import LossScaleError, LossScaler  # noqa: E402
+from .symbolic import (ConversionError, ConversionReport, ConvertedModel,  # noqa: E402
+                       SearchResult, ValidationReport, convert, convert_hybrid_block,
+                       float16_softmax_symbol, load_float16, multi_precision_optimizer,
+                       multi_precision_params, search_fp32_layers, validate)
 from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
                        init_trainer, loss_scaler, scale_loss, step, unscale)
 
@@ -45,6 +50,20 @@ __all__ = [
     "master_weights",
     "multi_precision_trainer",
     "sgd_momentum_step",
+    "symbolic",
+    "ConversionError",
+    "ConversionReport",
+    "ConvertedModel",
+    "SearchResult",
+    "ValidationReport",
+    "convert",
+    "convert_hybrid_block",
+    "float16_softmax_symbol",
+    "load_float16",
+    "multi_precision_optimizer",
+    "multi_precision_params",
+    "search_fp32_layers",
+    "validate",
     "LossScaler",
     "LossScaleError",
     "init",
