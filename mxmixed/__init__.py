@@ -9,8 +9,8 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import (checkpoint, data, emulation, fit, graphpass, models, optim, scaler,  # noqa: E402
-               symbolic, training)
+from . import (checkpoint, data, diagnostics, emulation, fit, graphpass, models,  # noqa: E402
+               optim, scaler, symbolic, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
@@ -28,6 +28,7 @@ from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # no
 __all__ = [
     "__version__",
     "data",
+    "diagnostics",
     "emulation",
     "fit",
     "graphpass",

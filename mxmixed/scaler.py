@@ -283,20 +283,14 @@ def _all_finite(grads):
 
 
 def _overflow_message(params, scale):
-    for param in params:
-        if param.grad_req == "null" or param._grad is None:
-            continue
-        for grad in param.list_grad():
-            values = grad.astype("float32").asnumpy()
-            if np.isnan(values).any():
-                kind = "NaN"
-            elif np.isinf(values).any():
-                kind = "inf"
-            else:
-                continue
-            return ("gradients overflow even at the minimum loss scale %g: %s first seen in the "
-                    "gradient of parameter '%s'. Try keeping that layer in float32 (an fp32 op "
-                    "list or exclusion), lowering the learning rate, clipping the unscaled "
-                    "gradients, or check the input data for inf/NaN." % (scale, kind, param.name))
-    return ("gradients overflow even at the minimum loss scale %g (no parameter gradient holds "
-            "inf/NaN any more; the check raced with an update)" % scale)
+    # Imported here: mxmixed.diagnostics imports mxmixed.training, which imports this module.
+    from .diagnostics import nonfinite_gradients
+
+    found = nonfinite_gradients(params)
+    if not found:
+        return ("gradients overflow even at the minimum loss scale %g (no parameter gradient "
+                "holds inf/NaN any more; the check raced with an update)" % scale)
+    return ("gradients overflow even at the minimum loss scale %g: %s. Try keeping that layer "
+            "in float32 (mxmixed.diagnostics.keep_in_float32, or an exclusion), lowering the "
+            "learning rate, clipping the unscaled gradients, or check the input data for "
+            "inf/NaN." % (scale, found.describe()))

@@ -89,7 +89,9 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
         The low precision type.
     target_precision_ops, conditional_fp32_ops, fp32_ops : list, optional
-        Op-list overrides, exactly as ``amp.init`` takes them.
+        Op-list overrides, exactly as ``amp.init`` takes them: each list *replaces* AMP's own
+        (``fp32_ops=['FullyConnected']`` drops softmax and the rest from the float32 list).
+        :func:`mxmixed.diagnostics.keep_in_float32` builds lists that extend AMP's instead.
     emulate : {'auto', True, False}, default 'auto'
         CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
         contexts), False never.

@@ -181,3 +181,20 @@ def test_load_state_dict_keeps_the_link_to_amps_global_scaler():
     assert scaler._mirror._loss_scale == 8.0
     scaler.update(True)
     assert scaler._mirror._loss_scale == 4.0
+
+
+def test_overflow_error_names_the_backward_most_parameter_where_overflow_began():
+    from mxmixed.models import digits_cnn
+
+    net = digits_cnn(seed=0)
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    for p in params:
+        p.grad()[:] = 0.5
+    for p in params[-4:]:
+        p.grad()[:] = np.inf
+    params[-1].grad()[0] = np.nan  # output bias: the last layer, where backward starts
+    with pytest.raises(LossScaleError) as err:
+        LossScaler(init_scale=1.0, min_scale=1.0).has_overflow(params)
+    message = str(err.value)
+    assert "'%s' (NaN)" % params[-1].name in message
+    assert "4 of %d parameters" % len(params) in message

@@ -28,7 +28,8 @@ def resnet18(tmp_path_factory):
     from gluoncv.model_zoo import get_model
 
     mx.random.seed(0)
-    net = get_model("resnet18_v1", pretrained=False)
+    with mx.name.NameManager():  # fresh name counters: the params are resnetv10_* in any order
+        net = get_model("resnet18_v1", pretrained=False)
     net.initialize(mx.init.Xavier())
     net.hybridize()
     X = np.random.RandomState(0).uniform(size=(2, 3, 64, 64)).astype(np.float32)

@@ -1,0 +1,104 @@
+"""The talks' picture: a gradient histogram against float16's range, before and after scaling.
+
+Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never through
+``pyplot``: nothing is shown, no global figure is left behind, and it works on a headless
+machine. A notebook displays the returned Figure; ``fig.savefig(path)`` writes it.
+"""
+import math
+
+import numpy as np
+
+from .float16 import FLOAT16_MAX, LOG2_EDGES
+from .gradients import GradientStats, LossScaleAdvice, gradient_stats
+
+__all__ = ["plot_gradient_range", "FLOAT16_REGIONS"]
+
+_LOG2_MAX = math.log2(FLOAT16_MAX)
+
+FLOAT16_REGIONS = (
+    # (from log2, to log2, label, colour)
+    (-math.inf, -25.0, "rounds to 0", "#d62728"),
+    (-25.0, -24.0, "underflow\n(0 or 2^-24)", "#ff9896"),
+    (-24.0, -14.0, "subnormal", "#ffbb78"),
+    (-14.0, _LOG2_MAX, "normal", "#98df8a"),
+    (_LOG2_MAX, math.inf, "overflow", "#d62728"),
+)
+"""tuple: float16's ranges on the log2-magnitude axis, as drawn."""
+
+
+def _stats_pair(gradients, scale):
+    if isinstance(gradients, LossScaleAdvice):
+        return gradients.unscaled, gradients.scaled
+    if isinstance(gradients, GradientStats):
+        raise TypeError("pass the gradients (a dict) or a LossScaleAdvice: one GradientStats "
+                        "holds a single scale")
+    if scale is None:
+        raise ValueError("give the loss scale to compare with (scale=...)")
+    return gradient_stats(gradients, 1.0), gradient_stats(gradients, scale)
+
+
+def _shares_text(total):
+    return ("exact zeros %.1f%%\nrounds to 0 %.3f%%\nsubnormal %.3f%%\nnormal %.2f%%\n"
+            "overflow %.3f%%" % (100 * total.zero, 100 * total.underflow,
+                                 100 * total.subnormal, 100 * total.normal,
+                                 100 * total.overflow))
+
+
+def plot_gradient_range(gradients, scale=None, title=None, figsize=(9, 6)):
+    """Draw the gradients' log2 histogram against float16's range, unscaled and scaled.
+
+    Parameters
+    ----------
+    gradients : dict of str to array, or LossScaleAdvice
+        Gradients as :func:`~mxmixed.diagnostics.collect_gradients` returns them, or the
+        result of :func:`~mxmixed.diagnostics.recommend_loss_scale` (its scale is used).
+    scale : float, optional
+        The loss scale of the lower panel (required with a dict).
+    title : str, optional
+        The figure's title.
+    figsize : (float, float), default (9, 6)
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two panels sharing the x axis (log2 |gradient|): loss scale 1 and ``scale``.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    before, after = _stats_pair(gradients, scale)
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 1, sharex=True)
+    counts = [before.total.counts, after.total.counts]
+    used = np.nonzero(counts[0] + counts[1])[0]
+    if used.size:
+        lo = min(-30.0, LOG2_EDGES[used[0]] - 2)
+        hi = max(20.0, LOG2_EDGES[used[-1]] + 3)
+    else:
+        lo, hi = -30.0, 20.0
+    for ax, stats, count in zip(axes, (before, after), counts):
+        for start, stop, label, colour in FLOAT16_REGIONS:
+            a, b = max(start, lo), min(stop, hi)
+            if a < b:
+                ax.axvspan(a, b, color=colour, alpha=0.35, lw=0, label=label)
+        share = 100.0 * count / max(stats.total.size, 1)
+        ax.bar(LOG2_EDGES[:-1], share, width=1.0, align="edge", color="#1f77b4",
+               edgecolor="white", linewidth=0.3, label="gradients")
+        for x in (-24.0, -14.0, _LOG2_MAX):
+            ax.axvline(x, color="black", lw=0.6, ls="--")
+        exponent = math.log2(stats.scale)
+        name = ("2^%d" % exponent) if exponent == int(exponent) else "%g" % stats.scale
+        ax.set_title("loss scale %s" % ("1 (unscaled)" if stats.scale == 1 else name),
+                     fontsize=10, loc="left")
+        ax.set_ylabel("% of values")
+        ax.text(0.99, 0.95, _shares_text(stats.total), transform=ax.transAxes, ha="right",
+                va="top", fontsize=8, family="monospace",
+                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
+    axes[0].legend(loc="upper left", fontsize=7, ncol=3, framealpha=0.8)
+    axes[-1].set_xlim(lo, hi)
+    axes[-1].set_xlabel("log2 |gradient|   (dashed: 2^-24 smallest subnormal, 2^-14 smallest "
+                        "normal, 65504 largest float16)")
+    fig.suptitle(title or "gradients against float16's range", fontsize=11)
+    fig.tight_layout()
+    return fig
