@@ -20,24 +20,11 @@ def _cmd_info(args):
 
 
 def _cmd_demo(args):
-    import mxnet as mx
-
-    from .data import digits_loaders
-    from .fit import fit
-    from .models import digits_cnn
+    from .demo import run_demo
 
     if args.epochs < 1:
         raise CLIError("--epochs must be at least 1")
-    if args.batch_size < 1:
-        raise CLIError("--batch-size must be at least 1")
-    train_loader, test_loader = digits_loaders(batch_size=args.batch_size, seed=args.seed)
-    net = digits_cnn(seed=args.seed)
-    net.hybridize()
-    print("Training the digits CNN in float32 on CPU for %d epochs (sklearn digits, offline)."
-          % args.epochs)
-    result = fit(net, train_loader, test_loader, epochs=args.epochs, ctx=mx.cpu())
-    print("final training loss: %.4f" % result["losses"][-1])
-    print("digits test accuracy (float32): %.2f%%" % (100 * result["accuracy"]))
+    run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed)
     return 0
 
 
@@ -196,10 +183,12 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="MXNet build, GPUs, float16 support and pinned versions")
     info.set_defaults(func=_cmd_info)
-    demo = sub.add_parser("demo", help="train the digits CNN on the offline digits data")
+    demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
+                                       "conversion to float16, validation, plots")
     demo.add_argument("--epochs", type=int, default=5)
-    demo.add_argument("--batch-size", type=int, default=64)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default=os.path.join("results", "demo"),
+                      help="results folder (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
     conv = sub.add_parser(
         "convert", help="convert a float32 Symbol checkpoint to float16, with a report",

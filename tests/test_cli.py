@@ -44,12 +44,20 @@ def test_info_reports_emulation_state():
         assert collect()["emulation"].startswith("active")
 
 
-def test_demo_trains_and_prints_accuracy(capsys):
-    assert cli.main(["demo", "--epochs", "1"]) == 0
+def test_demo_tells_the_whole_story_and_writes_its_results(capsys, tmp_path):
+    out_dir = tmp_path / "demo"
+    assert cli.main(["demo", "--epochs", "2", "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
-    line = [l for l in out.splitlines() if l.startswith("digits test accuracy")][0]
-    accuracy = float(line.split(":")[1].strip().rstrip("%"))
-    assert accuracy > 50.0
+    table = [l.split() for l in out.splitlines()
+             if l.startswith(("float32 ", "amp ")) and l.split()[1].endswith("%")]
+    assert [row[0] for row in table] == ["float32", "amp"]
+    assert all(float(row[1].rstrip("%")) > 80 for row in table)
+    assert "Float16 conversion report" in out and "top-1 agreement" in out
+    line = [l for l in out.splitlines() if l.startswith("converted float16 model")][0]
+    assert "test accuracy" in line
+    for name in ("training.png", "digits-amp.ckpt", "digits-fp32-symbol.json",
+                 "digits-fp32-0000.params", "digits-fp16-symbol.json", "digits-fp16-0000.params"):
+        assert (out_dir / name).stat().st_size > 0, name
 
 
 def test_demo_rejects_zero_epochs(capsys):
