@@ -69,8 +69,9 @@ SLOW_OPS = {
 
 # Measured slow but deliberately NOT emulated, because float32 arithmetic would change the
 # numerics a GPU produces:
-# - log_softmax (19.5x at scale), mean (7.5x): reductions accumulate in float16 on a GPU
-#   unless MXNET_SAFE_ACCUMULATION=1;
+# - log_softmax (19.5x at scale): accumulates in float16 unless MXNET_SAFE_ACCUMULATION=1;
+# - mean (7.5x): writes the float16 sum before dividing, so it overflows past 65504 whatever
+#   MXNET_SAFE_ACCUMULATION says; float32 arithmetic would hide that;
 # - _mul_scalar (5.7x): the GPU casts the scalar to float16 first (1e-8 becomes 0);
 # - Dropout (5.5x): the mask holds round16(1/keep_prob), not 1/keep_prob;
 # - Embedding (backward 5.4x): its weight gradient is accumulated in float16.

@@ -13,7 +13,10 @@ Where it applies:
 * hybridized Gluon blocks and ``SymbolBlock``: the graph of each ``CachedOp`` is rewritten by
   :func:`mxmixed.graphpass.emulate_symbol` once the dtypes of its inputs are known;
 * Symbols bound with ``bind`` / ``simple_bind`` (and so the Module API) on a CPU context;
-* any graph, loaded or built, through :func:`emulate_symbol` directly.
+* any graph, loaded or built, through :func:`emulate_symbol` directly;
+* ``mxnet.contrib.amp``'s imperative casts: MXNet 1.9.1 casts float16 to float32 for the ops on
+  AMP's float32 list (softmax, norms, Gluon losses) only on GPU contexts, so while emulation
+  is on, CPU arrays are cast as a GPU's would be.
 
 Float32 tensors never pass through a cast: an op whose inputs are float32 runs exactly as
 without emulation, and a float32 graph is left unchanged. GPU contexts are never touched, so
@@ -282,6 +285,24 @@ _simple_bind.__doc__ = _REAL_SIMPLE_BIND.__doc__
 _bind.__doc__ = _REAL_BIND.__doc__
 
 
+# ---------------------------------------------------------------- AMP's own casts on a CPU
+_AMP_MODULE = __import__("mxnet.contrib.amp.amp", fromlist=["amp"])
+_REAL_AMP_CAST = _AMP_MODULE._cast_symbol_NDArray
+_GPU_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _amp_cast_as_on_gpu(s, dtype):
+    """AMP's NDArray cast, with CPU float16 arrays treated as they are on a GPU.
+
+    MXNet 1.9.1 casts float16 to float32 for the ops on AMP's float32 list (softmax, norms,
+    losses) only on GPU contexts; on a CPU they would silently stay float16.
+    """
+    if (isinstance(s, NDArray) and s.context.device_type == "cpu" and s.dtype != dtype
+            and np.dtype(s.dtype) in _GPU_FLOATS and np.dtype(dtype) in _GPU_FLOATS):
+        return mx.nd.amp_cast(s, dtype=dtype)
+    return _REAL_AMP_CAST(s, dtype)
+
+
 # ---------------------------------------------------------------- the switch
 def _apply():
     undo = []
@@ -293,11 +314,13 @@ def _apply():
     mx.ndarray.CachedOp = EmulatedCachedOp
     mx.sym.Symbol.simple_bind = _simple_bind
     mx.sym.Symbol.bind = _bind
+    _AMP_MODULE._cast_symbol_NDArray = _amp_cast_as_on_gpu
 
     def restore_graph_hooks():
         mx.ndarray.CachedOp = _REAL_CACHED_OP
         mx.sym.Symbol.simple_bind = _REAL_SIMPLE_BIND
         mx.sym.Symbol.bind = _REAL_BIND
+        _AMP_MODULE._cast_symbol_NDArray = _REAL_AMP_CAST
 
     undo.append(restore_graph_hooks)
     return undo

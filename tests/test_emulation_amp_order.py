@@ -42,3 +42,18 @@ def test_amp_and_emulation_work_in_either_order(emulation_first, hybridize):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK" in proc.stdout
     assert "AFTER_DISABLE=amp-still-casts" in proc.stdout
+
+
+def test_amp_float32_list_ops_run_in_float32_on_cpu_as_on_a_gpu():
+    import mxnet as mx
+    import numpy as np
+
+    import mxmixed
+
+    x16 = mx.nd.array([[1.0, 2.0, 3.0]]).astype("float16")
+    with mxmixed.amp_scope():
+        assert mx.nd.softmax(x16).dtype == np.float32
+        assert mx.nd.log_softmax(x16).dtype == np.float32
+        loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()(x16, mx.nd.array([2]))
+        assert loss.dtype == np.float32
+    assert mx.nd.softmax(x16).dtype == np.float16  # outside the scope: MXNet's own behaviour

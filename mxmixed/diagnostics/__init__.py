@@ -18,7 +18,7 @@ parameters. On a CPU, float16 runs under :mod:`mxmixed.emulation`. See ``docs/di
 """
 from . import float16, gradients, memory, nonfinite, overflow, plots, tensorcore
 from .float16 import (FLOAT16_MAX, FLOAT16_MIN_NORMAL, FLOAT16_MIN_SUBNORMAL,
-                      FLOAT16_ROUND_TO_ZERO, RangeShares, float16_shares, log2_histogram)
+                      FLOAT16_OVERFLOW, FLOAT16_ROUND_TO_ZERO, RangeShares, float16_shares, log2_histogram)
 from .gradients import (GradientStats, LossScaleAdvice, collect_gradients, gradient_stats,
                         recommend_loss_scale)
 from .memory import MemoryReport, memory_report
@@ -28,7 +28,8 @@ from .plots import plot_gradient_range
 from .tensorcore import Finding, TensorCoreAudit, tensor_core_audit
 
 __all__ = [
-    "FLOAT16_MAX", "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO",
+    "FLOAT16_MAX", "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_OVERFLOW",
+    "FLOAT16_ROUND_TO_ZERO",
     "RangeShares", "float16_shares", "log2_histogram",
     "collect_gradients", "gradient_stats", "GradientStats",
     "recommend_loss_scale", "LossScaleAdvice",
