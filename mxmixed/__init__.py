@@ -9,8 +9,8 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import (checkpoint, data, diagnostics, emulation, fit, graphpass, models,  # noqa: E402
-               optim, scaler, symbolic, training)
+from . import (checkpoint, data, diagnostics, distributed, emulation, fit, graphpass,  # noqa: E402
+               models, optim, scaler, symbolic, text, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
@@ -22,6 +22,7 @@ from .symbolic import (ConversionError, ConversionReport, ConvertedModel,  # noq
                        SearchResult, ValidationReport, convert, convert_hybrid_block,
                        float16_softmax_symbol, load_float16, multi_precision_optimizer,
                        multi_precision_params, search_fp32_layers, validate)
+from .text import BPTTBatches, LSTMLanguageModel, Vocabulary, lstm_lm, stdlib_corpus  # noqa: E402
 from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
                        init_trainer, loss_scaler, scale_loss, step, unscale)
 
@@ -29,6 +30,7 @@ __all__ = [
     "__version__",
     "data",
     "diagnostics",
+    "distributed",
     "emulation",
     "fit",
     "graphpass",
@@ -65,6 +67,12 @@ __all__ = [
     "multi_precision_params",
     "search_fp32_layers",
     "validate",
+    "text",
+    "BPTTBatches",
+    "LSTMLanguageModel",
+    "Vocabulary",
+    "lstm_lm",
+    "stdlib_corpus",
     "LossScaler",
     "LossScaleError",
     "init",

@@ -324,22 +324,42 @@ def scale_loss(loss, trainer):
         yield loss * scale
 
 
-def _grads(trainer):
+def _grads(trainer, first_copy_only=False):
     return [g for p in trainer._params if p.grad_req != "null" and p._grad is not None
-            for g in p.list_grad()]
+            for g in (p.list_grad()[:1] if first_copy_only else p.list_grad())]
+
+
+def _is_dist(trainer):
+    kvstore = trainer._kvstore_params.get("kvstore")
+    name = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "") or ""
+    return "dist" in name
+
+
+def _reduces(trainer):
+    """Whether gradients are summed across devices or workers before the update."""
+    return len(trainer._contexts) > 1 or _is_dist(trainer)
+
+
+def _ready_kvstore(trainer):
+    # Gluon would broadcast rank 0's weights inside the first step, racing the first gradient
+    # push (see mxmixed.distributed.init_kvstore); do the broadcast first.
+    if _is_dist(trainer) and (not trainer._kv_initialized or trainer._params_to_init):
+        from .distributed import init_kvstore
+
+        init_kvstore(trainer)
 
 
 def unscale(trainer):
     """Divide the gradients by the loss scale in place, so they can be inspected.
 
-    Parameters
-    ----------
-    trainer : mxnet.gluon.Trainer
-
     .. note::
        Dividing float16 gradients in place can underflow small values (they are float16 after
        ``net.cast('float16')``). For clipping, use :func:`clip_global_norm`, which leaves the
        gradients alone.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
     """
     scaler = loss_scaler(trainer)
     factor = trainer._scale / trainer._amp_original_scale
@@ -358,12 +378,14 @@ def clip_global_norm(trainer, max_norm):
     The norm is computed in float32 from the gradients as they stand (scaled or not) and the
     clipping factor is folded into the Trainer's rescaling, so float16 gradients are not
     rewritten. When the gradients hold inf or NaN, the step will be skipped and nothing is
-    clipped.
+    clipped. With several devices or workers, the gradients are summed first
+    (``trainer.allreduce_grads()``), so every worker clips by the same global norm; then
+    :func:`step` applies the update without reducing again.
 
     Parameters
     ----------
     trainer : mxnet.gluon.Trainer
-        Prepared by :func:`init_trainer`.
+        Prepared by :func:`init_trainer`, or a plain float32 Trainer (nothing to unscale).
     max_norm : float
         The largest allowed global L2 norm, measured like ``gluon.utils.clip_global_norm``
         (before the Trainer's division by the batch size).
@@ -375,11 +397,21 @@ def clip_global_norm(trainer, max_norm):
     """
     if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
         raise ValueError("max_norm must be positive and finite, got %r" % (max_norm,))
-    loss_scaler(trainer)
-    factor = trainer._scale / trainer._amp_original_scale
+    reduced = _reduces(trainer)
+    if reduced and not getattr(trainer, "_mxmixed_reduced", False):
+        _ready_kvstore(trainer)
+        trainer.allreduce_grads()
+        trainer._mxmixed_reduced = True
+    original = getattr(trainer, "_amp_original_scale", None)
+    if original is None:
+        # A plain Trainer: no scale_loss resets its rescaling each step, so clip from the base.
+        trainer._scale = trainer.__dict__.setdefault("_mxmixed_plain_scale", trainer._scale)
+        factor = 1.0
+    else:
+        factor = trainer._scale / original
     with autograd.pause():
         total = 0.0
-        for grad in _grads(trainer):
+        for grad in _grads(trainer, first_copy_only=reduced):
             total += float(mx.nd.square(grad.astype("float32")).sum().asscalar())
     norm = math.sqrt(total) * factor
     if math.isfinite(norm) and norm > max_norm:
@@ -390,7 +422,10 @@ def clip_global_norm(trainer, max_norm):
 def step(trainer, batch_size, ignore_stale_grad=False):
     """``trainer.step`` that says whether the update was applied or skipped.
 
-    Advance a learning-rate schedule only on applied steps.
+    Advance a learning-rate schedule only on applied steps. Under a distributed kvstore it
+    first broadcasts rank 0's initial weights, which Gluon would otherwise race with the first
+    gradient push (:func:`mxmixed.distributed.init_kvstore`); after :func:`clip_global_norm`
+    has summed the gradients, it updates without summing them again.
 
     Parameters
     ----------
@@ -405,6 +440,11 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     bool
         True when the parameters were updated, False when the step was skipped on overflow.
     """
-    trainer.step(batch_size, ignore_stale_grad=ignore_stale_grad)
+    if getattr(trainer, "_mxmixed_reduced", False):
+        trainer._mxmixed_reduced = False
+        trainer.update(batch_size, ignore_stale_grad=ignore_stale_grad)
+    else:
+        _ready_kvstore(trainer)
+        trainer.step(batch_size, ignore_stale_grad=ignore_stale_grad)
     scaler = getattr(trainer, "_amp_loss_scaler", None)
     return not (isinstance(scaler, LossScaler) and scaler.last_step_skipped)

@@ -261,6 +261,16 @@ def test_clip_is_a_no_op_on_a_step_that_will_be_skipped():
     np.testing.assert_array_equal(weight, [0.5] * 4)
 
 
+def test_clip_works_on_a_plain_float32_trainer():
+    loaders = digits_loaders(64)
+    from mxmixed.fit import train_precision
+
+    run = train_precision("float32", lambda: digits_cnn(seed=0), loaders, epochs=2, clip=20.0,
+                          progress=False)
+    assert np.mean(run["losses"][-5:]) < 0.5 * np.mean(run["losses"][:5])
+    assert run["accuracy"] > 0.8
+
+
 def test_clip_refuses_bad_max_norm():
     with mxmixed.amp_scope():
         _, trainer = _float32_trainer()
