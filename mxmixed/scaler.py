@@ -38,6 +38,13 @@ def _check_positive(name, value, allow_none=False):
 class LossScaler:
     """Dynamic or static loss scaling for float16 training.
 
+    .. note::
+       A back-off takes effect on the very next step, as in PyTorch and apex. MXNet 1.9.1's own
+       scaler uses the old scale for one more step. With ``min_scale=None``, ``max_scale=None``
+       and ``hysteresis=1`` the sequence of scales and skipped steps equals
+       ``torch.amp.GradScaler``'s for the same parameters; the scale is kept in float32, as
+       PyTorch keeps it.
+
     Parameters
     ----------
     init_scale : float, default 2**16
@@ -63,12 +70,6 @@ class LossScaler:
     history_size : int, default 10000
         How many steps :attr:`history` keeps.
 
-    .. note::
-       A back-off takes effect on the very next step, as in PyTorch and apex. MXNet 1.9.1's own
-       scaler uses the old scale for one more step. With ``min_scale=None``, ``max_scale=None``
-       and ``hysteresis=1`` the sequence of scales and skipped steps equals
-       ``torch.amp.GradScaler``'s for the same parameters; the scale is kept in float32, as
-       PyTorch keeps it.
     """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,

@@ -12,7 +12,8 @@ optimizer state   4 B x states    4 B x states       4 B x states (kept in float
 master weights    none            none               4 B per float16 parameter
 auxiliary states  4 B             4 B                4 B (BatchNorm statistics stay float32)
 weight copies     none            2 B per parameter  none
-                                  a float16 op reads
+                                  that a float16 op
+                                  reads
 activations       each op output  each op output at  each op output at its dtype
                   at 4 B          its dtype
 input batch       4 B             4 B                2 B

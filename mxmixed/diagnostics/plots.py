@@ -61,7 +61,7 @@ def plot_gradient_range(gradients, scale=None, title=None, figsize=(9, 6)):
     Returns
     -------
     matplotlib.figure.Figure
-        Two panels sharing the x axis (log2 |gradient|): loss scale 1 and ``scale``.
+        Two panels sharing the x axis (``log2 |gradient|``): loss scale 1 and ``scale``.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -1,0 +1,334 @@
+"""``make bench``: run every benchmark, write ``benchmarks/results.json`` and print a table.
+
+Each benchmark script runs in a process of its own (``amp.init`` cannot be undone, so no
+script may leave AMP or the emulation switched on for the next) and hands its figures back
+through ``--json``. ``results.json`` records the machine, the versions, the date, and for every
+figure its value, unit, spread and how it was measured, beside the script's raw output.
+
+How figures are measured: these machines are noisy (2 shared cores), so each figure is a
+ratio of two things measured side by side in the same run, over several repetitions: the
+median, with the minimum and maximum as the spread. Absolute times appear only next to their
+ratio. The memory figures are arithmetic (exact, one repetition), and the GPU figures are
+skipped, saying why, where MXNet sees no GPU.
+
+Usage: ``python benchmarks/run_all.py [--only NAME ...] [--skip NAME ...] [--quick]
+[--out PATH]``; ``--quick`` uses fewer repetitions, for a smoke run (not for the README).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "results.json")
+
+# name, script, arguments (full run), arguments (--quick), what the suite measures
+SUITES = [
+    ("emulation", "emulation.py", ["--rounds", "7", "--steps", "5"], ["--rounds", "3", "--steps", "2"],
+     "CPU float16 emulation cost: emulated AMP step / float32 step"),
+    ("overhead", "overhead.py", ["--rounds", "10", "--steps", "25"], ["--rounds", "3", "--steps", "10"],
+     "helper overhead: mxmixed step / raw mxnet.contrib.amp step"),
+    ("convert", "convert.py", ["--rounds", "5"], ["--rounds", "1"],
+     "Symbol conversion of resnet50_v1: time and parameter size ratio"),
+    ("op_survey", "op_survey.py", [], ["--quick"],
+     "float16 / float32 time of every operator the models use, on the CPU"),
+    ("memory", "memory.py", [], [],
+     "training memory of AMP and cast('float16') relative to float32"),
+    ("notebooks", "notebooks.py", [], [],
+     "wall time of the tutorial suite, relative to a reference workload"),
+    ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
+     "GPU images/s: float32 vs AMP vs cast('float16') + multi-precision (untested here)"),
+]
+HOW = {
+    "emulation": "two persistent worker processes (float32, emulated AMP) time blocks of "
+                 "steps in alternation; ratio per round; median and min-max over the rounds",
+    "overhead": "two persistent worker processes (raw amp, mxmixed) time blocks of steps in "
+                "alternation; ratio per round; median and min-max over the rounds",
+    "convert": "median and min-max over the rounds of each step, in one process; the size "
+               "ratio is float16 params bytes / float32 params bytes (exact)",
+    "op_survey": "each op bound alone on the CPU in float32 and in float16, timed one after "
+                 "the other (median of repeated runs after a warm-up); ratio float16/float32",
+    "memory": "mxmixed.diagnostics.memory_report: element counts from shape/type inference "
+              "times dtype sizes; nothing runs (exact, one repetition)",
+    "notebooks": "each notebook executed once in a fresh kernel; a reference worker times 3 "
+                 "blocks of 30 float32 digits CNN steps before the first notebook and after "
+                 "each; ratio = notebook time / (1000 x the adjacent reference step time), "
+                 "summed over the notebooks",
+    "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
+                      "of steps in alternation per batch size; images/s and speed-up over "
+                      "float32 per round; peak memory from nvidia-smi per process",
+}
+
+
+# ----------------------------------------------------------------------------- machine facts
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gb():
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024 ** 2, 1)
+    except OSError:
+        pass
+    return None
+
+
+def machine_and_versions():
+    """What the numbers depend on: CPU, cores, memory, GPUs, MXNet build, package versions."""
+    code = ("import json, mxmixed.sysinfo as s; i = s.collect(); "
+            "print(json.dumps({k: i[k] for k in ('mxmixed', 'python', 'mxnet', 'build', "
+            "'features', 'gpus', 'float16_gemm', 'packages')}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    machine = {
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
+        "platform": platform.platform(), "gpus": info.get("gpus"),
+        "mxnet_build": info.get("build"), "float16_gemm": info.get("float16_gemm"),
+        "load_average_at_start": load,
+    }
+    versions = {"python": platform.python_version(), "mxmixed": info.get("mxmixed"),
+                "mxnet": info.get("mxnet"), "mxnet_features": info.get("features")}
+    versions.update({k: v for k, v in (info.get("packages") or {}).items() if v})
+    return machine, versions
+
+
+# ----------------------------------------------------------------------------- figures
+def _fig(suite, workload, figure, value, unit, lo=None, hi=None, absolute="", **extra):
+    out = {"suite": suite, "workload": workload, "figure": figure, "value": value, "unit": unit,
+           "spread": None if lo is None else [lo, hi], "absolute": absolute, "how": HOW[suite]}
+    out.update(extra)
+    return out
+
+
+def figures(suite, raw):
+    """Turn one script's JSON into the common figure records."""
+    out = []
+    if suite == "emulation":
+        for r in raw:
+            out.append(_fig(suite, r["workload"], "emulated AMP step / float32 step (CPU)",
+                            r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
+                            "float32 %.4f s/step, emulated %.4f s/step" % (
+                                r["baseline_s_per_step"], r["variant_s_per_step"]),
+                            goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
+                                r["rounds"], r["steps_per_round"])))
+    elif suite == "overhead":
+        for r in raw:
+            out.append(_fig(suite, r["workload"], "mxmixed step / raw mxnet.contrib.amp step",
+                            r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
+                            "raw amp %.4f s/step, mxmixed %.4f s/step" % (
+                                r["baseline_s_per_step"], r["variant_s_per_step"]),
+                            goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
+                                r["rounds"], r["steps_per_round"])))
+    elif suite == "convert":
+        # convert.py times no baseline side by side, so its times are given next to the
+        # size ratio (exact) and the validation's top-1 agreement, not as figures of their own.
+        steps = {r["figure"].split(" (")[0].split(",")[0]: r for r in raw}
+        load, conv = steps.get("load_checkpoint"), steps.get("convert + report")
+        for r in raw:
+            if "size_ratio" in r:
+                out.append(_fig(suite, r["workload"], "float16 params size / float32 params "
+                                "size", r["size_ratio"], "x",
+                                absolute="convert + report %.3f s (%.3f-%.3f; goal %s), "
+                                "load_checkpoint %.3f s" % (
+                                    conv["median_s"], conv["min_s"], conv["max_s"],
+                                    conv.get("goal") or "-", load["median_s"]),
+                                convert_s=conv["median_s"], convert_spread_s=[
+                                    conv["min_s"], conv["max_s"]],
+                                load_checkpoint_s=load["median_s"]))
+            if "top1_agreement" in r:
+                out.append(_fig(suite, r["workload"], "validate: top-1 agreement, float16 vs "
+                                "float32", r["top1_agreement"], "share",
+                                absolute="max rel error %.2g; %.2f s (%.2f-%.2f) for %s" % (
+                                    r["max_rel_error"], r["median_s"], r["min_s"], r["max_s"],
+                                    r["figure"].split(", ", 1)[-1]),
+                                max_rel_error=r["max_rel_error"]))
+    elif suite == "op_survey":
+        ops = raw["ops"]
+        by_class = {}
+        for row in ops:
+            by_class.setdefault(row["cls"], []).append(row["key"])
+        out.append(_fig(suite, "%d op variants in the tutorials and gluoncv models" % len(ops),
+                        "ops without a CPU float16 kernel / ops slower than %.0fx in float16"
+                        % raw["slow_ratio"], "%d / %d" % (len(by_class.get("missing", [])),
+                                                          len(by_class.get("slow", []))),
+                        "count", absolute="missing: %s; slow: %s" % (
+                            ", ".join(by_class.get("missing", [])),
+                            ", ".join(by_class.get("slow", [])))))
+        for row in ops:
+            if row["cls"] == "slow" and row.get("ratio"):
+                scaled = row.get("scaled") or row
+                out.append(_fig(suite, row["key"], "float16 / float32 op time (fwd+bwd)",
+                                scaled["ratio"], "x", absolute="%.2f ms vs %.2f ms" % (
+                                    scaled["f16_ms"], scaled["f32_ms"]),
+                                forward_ratio=scaled.get("fwd_ratio")))
+    elif suite == "memory":
+        for r in raw:
+            out.append(_fig(suite, r["workload"], "AMP bytes / float32 bytes", r["amp_ratio"],
+                            "x", absolute="%.1f MB vs %.1f MB" % (r["amp_bytes"] / 1e6,
+                                                                  r["float32_bytes"] / 1e6)))
+            out.append(_fig(suite, r["workload"], "cast('float16')+MP bytes / float32 bytes",
+                            r["float16_ratio"], "x", absolute="%.1f MB vs %.1f MB" % (
+                                r["float16_bytes"] / 1e6, r["float32_bytes"] / 1e6)))
+    elif suite == "notebooks":
+        for r in raw:
+            out.append(_fig(suite, r["workload"], r["figure"], r["ratio_median"], "x",
+                            r["ratio_min"], r["ratio_max"],
+                            "suite %.1f s; reference %.2f ms/step (%.2f-%.2f)" % (
+                                r["suite_s"], 1e3 * r["reference_s_per_step"],
+                                1e3 * r["reference_s_per_step_min"],
+                                1e3 * r["reference_s_per_step_max"]),
+                            per_notebook_s=r["per_notebook_s"],
+                            per_notebook_ratio=r["per_notebook_ratio"], failed=r["failed"]))
+    elif suite == "gpu_throughput":
+        for r in raw:
+            if r.get("skipped"):
+                out.append(_fig(suite, "resnet50_v1, batch 64 and 128", "GPU training "
+                                "throughput", None, "images/s", absolute=r["reason"],
+                                skipped=True, tested=False))
+            else:
+                out.append(_fig(suite, r["workload"], "speed-up over float32 (images/s)",
+                                r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
+                                "%.1f images/s, peak %s MiB" % (r["images_per_s"],
+                                                                r["peak_gpu_memory_mib"]),
+                                images_per_s=r["images_per_s"], tested=False,
+                                peak_gpu_memory_mib=r["peak_gpu_memory_mib"]))
+    return out
+
+
+# ----------------------------------------------------------------------------- running
+def run_suite(name, script, args):
+    """Run one script with ``--json`` (op_survey: ``--out``); return (rc, raw JSON, seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = os.path.join(tmp, "out.json")
+        if name == "op_survey":  # keeps its full table where it always was
+            target = os.path.join(HERE, "op_survey.json")
+            args = args + ["--out", target]
+        else:
+            args = args + ["--json", target]
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, os.path.join(HERE, script)] + args, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=ROOT, MPLBACKEND="Agg"))
+        seconds = time.perf_counter() - start
+        raw = None
+        if os.path.exists(target):
+            with open(target) as handle:
+                raw = json.load(handle)
+    return proc.returncode, raw, seconds
+
+
+def _fmt(value):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "%.3g" % value if abs(value) < 100 else "%.0f" % value
+    return str(value)
+
+
+def table(results):
+    """The summary table, as text."""
+    rows = [("suite", "workload", "figure", "value", "spread", "absolute / note")]
+    for f in results["figures"]:
+        spread = "" if not f["spread"] else "%s-%s" % (_fmt(f["spread"][0]), _fmt(f["spread"][1]))
+        value = _fmt(f["value"]) + ("" if f["value"] is None or f["unit"] == "count"
+                                    else " " + f["unit"])
+        note = f["absolute"] if len(f["absolute"]) < 70 else f["absolute"][:67] + "..."
+        rows.append((f["suite"], f["workload"][:40], f["figure"][:46], value, spread, note))
+    for name, s in results["suites"].items():
+        if s["status"] != "ok":
+            rows.append((name, "", "FAILED (exit %s)" % s["returncode"], "", "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = []
+    for k, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[5])
+        if k == 0:
+            lines.append("-" * (sum(widths) + 2 * len(widths) + 15))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    names = [s[0] for s in SUITES]
+    parser.add_argument("--only", nargs="+", choices=names, help="run just these")
+    parser.add_argument("--skip", nargs="+", choices=names, default=[], help="leave these out")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    parser.add_argument("--out", default=OUT, help="where to write the results")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    machine, versions = machine_and_versions()
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python benchmarks/run_all.py " + " ".join(argv if argv is not None
+                                                               else sys.argv[1:]),
+        "quick": args.quick,
+        "machine": machine,
+        "versions": versions,
+        "method": "Each figure is a ratio of two measurements taken side by side in the same "
+                  "run (several repetitions: median, spread = min-max), because these machines "
+                  "are noisy; absolute times are given only next to their ratio. CPU float16 "
+                  "runs under mxmixed's emulation: float16 numerics, not float16 speed.",
+        "suites": {},
+        "figures": [],
+    }
+    for name, script, full, quick, what in SUITES:
+        if (args.only and name not in args.only) or name in args.skip:
+            continue
+        print("\n== %s (benchmarks/%s): %s" % (name, script, what), flush=True)
+        rc, raw, seconds = run_suite(name, script, quick if args.quick else full)
+        entry = {"script": "benchmarks/" + script, "what": what, "how": HOW[name],
+                 "arguments": quick if args.quick else full, "wall_s": round(seconds, 1),
+                 "returncode": rc, "status": "ok" if rc == 0 and raw is not None else "failed"}
+        if raw is not None:
+            try:
+                results["figures"] += figures(name, raw)
+            except (KeyError, TypeError, ValueError) as err:
+                entry["status"] = "failed"
+                entry["error"] = "could not read its results: %r" % (err,)
+            entry["raw"] = raw if name != "op_survey" else "see benchmarks/op_survey.json"
+        results["suites"][name] = entry
+    results["wall_s"] = round(time.perf_counter() - start, 1)
+    known = {s[1] for s in SUITES} | {os.path.basename(__file__)}
+    results["not_run"] = sorted(f for f in os.listdir(HERE) if f.endswith(".py")
+                                and not f.startswith("_") and f not in known)
+
+    with open(args.out, "w") as handle:
+        json.dump(results, handle, indent=1, default=str)
+        handle.write("\n")
+    print("\nmxmixed benchmarks, %s; %s, %d cores; mxnet %s (%s build); %.0f s in all"
+          % (results["date"], machine["cpu"], machine["cores"] or 0, versions.get("mxnet"),
+             machine.get("mxnet_build"), results["wall_s"]))
+    print(table(results))
+    print("\nwrote %s" % os.path.relpath(args.out, ROOT))
+    if results["not_run"]:
+        print("NOTE: benchmarks/%s not run: add them to SUITES in benchmarks/run_all.py"
+              % ", ".join(results["not_run"]), file=sys.stderr)
+    failed = [n for n, s in results["suites"].items() if s["status"] != "ok"]
+    if failed:
+        print("FAILED: %s" % ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
