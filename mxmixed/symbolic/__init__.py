@@ -1,0 +1,49 @@
+"""Symbol graphs in float16: the manual recipe, conversion with a report, validation, search.
+
+A user with a trained Symbol checkpoint (``prefix-symbol.json`` and ``prefix-0000.params``, from
+the Module API or from a Gluon ``export()``) gets a float16 model they can check:
+
+* :func:`float16_softmax_symbol` and :func:`multi_precision_params`: the manual recipe of
+  MXNet's original float16 tutorial (cast after the input, float16 body, cast back to float32
+  before ``SoftmaxOutput``; Module API training with ``multi_precision=True`` and static loss
+  scaling);
+* :func:`convert`: ``amp.convert_model`` with float32 inputs and outputs by default, op and
+  layer exclusions, optional params cast to float16, and a :class:`ConversionReport`;
+* :func:`validate`: the float32 and float16 models side by side on the same inputs
+  (:class:`ValidationReport`);
+* :func:`search_fp32_layers`: a small set of layers that must stay float32 for the outputs to
+  meet a tolerance, found by ranking layers by their float32 activation range and bisecting;
+* :func:`load_checkpoint` / :func:`save_checkpoint`: checked loading, and saving that writes
+  both files or neither;
+* :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;
+* :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU.
+
+On a CPU the float16 graphs run through the emulation graph pass
+(:func:`mxmixed.graphpass.emulate_symbol`); on a GPU they run unchanged.
+
+.. note::
+   ``Symbol.save``, ``Symbol.tojson``, ``mx.model.save_checkpoint`` and ``HybridBlock.export``
+   all *remove* ``amp_cast`` nodes by default in MXNet 1.9.1 (``remove_amp_cast=True``). A
+   converted graph saved that way feeds float32 data into float16 weights and no longer
+   loads. This module always saves with ``remove_amp_cast=False``.
+"""
+from ._blocks import convert_hybrid_block, load_float16
+from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
+                           save_checkpoint)
+from ._common import ConversionError
+from ._conversion import ConvertedModel, convert
+from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
+from ._report import ConversionReport
+from ._search import SearchResult, search_fp32_layers
+from ._validation import ValidationReport, validate
+
+# Private names used from outside the package, at their old paths: mxmixed.cli uses
+# symbolic._last_line, tests/test_symbolic.py uses symbolic._Runner.
+from ._common import _last_line  # noqa: F401
+from ._validation import _Runner  # noqa: F401
+
+__all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params",
+           "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
+           "checkpoint_paths", "data_inputs",
+           "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
+           "search_fp32_layers", "SearchResult", "load_float16", "convert_hybrid_block"]

@@ -1,0 +1,147 @@
+"""Gluon blocks in float16: a converted checkpoint as a ``SymbolBlock``, and HybridBlock conversion.
+
+:func:`load_float16` and :func:`convert_hybrid_block`, emulated on a CPU and native on a GPU.
+Re-exported by :mod:`mxmixed.symbolic`.
+"""
+import contextlib
+import json
+
+import numpy as np
+
+import mxnet as mx
+from mxnet import gluon
+from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
+
+from .. import emulation
+from ._checkpoints import load_checkpoint
+from ._common import ConversionError, _FLOAT16, _last_line
+from ._conversion import convert
+from ._graph import _default_ctx, _graph, _is_cpu, _symbol_block, _var_dtype
+
+__all__ = ["load_float16", "convert_hybrid_block"]
+
+
+# ------------------------------------------------------------------ loading and Gluon blocks
+def load_float16(prefix, epoch=0, ctx=None):
+    """Load a converted checkpoint as a ``SymbolBlock`` ready for inference.
+
+    On a CPU the graph goes through the emulation pass, so the float16 layers run (with
+    float16 numerics) whether or not :func:`mxmixed.emulation.enable` is on. Module API
+    loss outputs (``SoftmaxOutput`` ...) are replaced by their inference form, so the block
+    takes only the data.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix of ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int, default 0
+        The epoch number of the params file.
+    ctx : mxnet.Context, optional
+        The first GPU when there is one, else the CPU.
+
+    Returns
+    -------
+    mxnet.gluon.SymbolBlock
+        Call it with data of the saved input dtype (float32 unless converted with
+        ``keep_io_types=False``).
+
+    .. note::
+       On a CPU the block's graph holds the emulation casts; export the converted checkpoint
+       itself, not this block, to deploy on a GPU.
+    """
+    sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
+    return _symbol_block(sym, arg_params, aux_params, _default_ctx(ctx))
+
+
+def _deferred(block):
+    for param in block.collect_params().values():
+        try:
+            param.list_data()
+        except gluon.parameter.DeferredInitializationError:
+            return True
+    return False
+
+
+def _block_graph(block, inputs, ctx):
+    if not block._cached_graph:
+        if inputs is None:
+            raise ConversionError("block %s has not run hybridized yet: pass example inputs "
+                                  "(inputs=...) so it can be hybridized and run once"
+                                  % block.name)
+        inputs = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+        data = [mx.nd.array(x, ctx=ctx) if not isinstance(x, mx.nd.NDArray)
+                else x.as_in_context(ctx) for x in inputs]
+        if not block._active:
+            block.hybridize()
+        if _deferred(block):  # shapes are unknown until the block runs once
+            try:
+                with emulation.emulated() if _is_cpu(ctx) else contextlib.nullcontext():
+                    block(*data)
+                    mx.nd.waitall()
+            except mx.base.MXNetError as err:
+                raise ConversionError("block %s failed on the example inputs: %s"
+                                      % (block.name, _last_line(err))) from None
+        else:  # trace the graph without running it: a cast block may not run (#17164)
+            block._get_graph(*data)
+    data_vars, sym = block._cached_graph
+    graph = _graph(sym)
+    for node in graph["nodes"]:  # a float32 graph: forget dtypes of a cast block (#17164)
+        if node["op"] == "null":
+            attrs = node.get("attrs", {})
+            if "__dtype__" in attrs and _var_dtype(node) == _FLOAT16:
+                attrs["__dtype__"] = str(_DTYPE_NP_TO_MX[np.float32])
+    return [v.name for v in data_vars], mx.sym.load_json(json.dumps(graph))
+
+
+def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclude_ops=(),
+                         keep_io_types=True, cast_optional_params=True, return_report=False):
+    """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
+
+    Unlike ``mxnet.contrib.amp.convert_hybrid_block`` (``ctx=gpu(0)`` by default, and an
+    error unless the block was hybridized and run), this hybridizes and runs the block once
+    when needed, works on a CPU through emulation, and keeps BatchNorm gamma, beta and
+    moving statistics float32 even for a block cast with ``cast('float16')`` whose BatchNorm
+    is built from symbols (MXNet issue #17164).
+
+    Parameters
+    ----------
+    block : mxnet.gluon.HybridBlock
+        An initialized block (float32, or cast to float16).
+    inputs : NDArray or list of NDArray, optional
+        Example inputs, needed when the block has not run hybridized yet.
+    ctx : mxnet.Context, optional
+        Where the returned block lives: the first GPU when there is one, else the CPU.
+    exclude_layers, exclude_ops, keep_io_types, cast_optional_params
+        As in :func:`convert`.
+    return_report : bool, default False
+        Also return the :class:`ConversionReport`.
+
+    Returns
+    -------
+    mxnet.gluon.SymbolBlock or (SymbolBlock, ConversionReport)
+        Emulated on a CPU, native on a GPU.
+    """
+    if not isinstance(block, gluon.HybridBlock):
+        raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
+    ctx = _default_ctx(ctx)
+    params = block.collect_params()
+    first = next(iter(params.values()), None)
+    run_ctx = first.list_ctx()[0] if first is not None else ctx
+    data_names, sym = _block_graph(block, inputs, run_ctx)
+    arg_names, aux_names = set(sym.list_arguments()), set(sym.list_auxiliary_states())
+    arg_params, aux_params = {}, {}
+    for name, param in params.items():
+        if name in arg_names:
+            arg_params[name] = param.list_data()[0].copyto(mx.cpu())
+        elif name in aux_names:
+            aux_params[name] = param.list_data()[0].copyto(mx.cpu())
+    missing = sorted(set(sym.list_inputs()) - set(arg_params) - set(aux_params)
+                     - set(data_names))
+    if missing:
+        raise ConversionError("the block's graph uses inputs that are neither data nor its "
+                              "params: %s" % missing)
+    model = convert(sym, arg_params, aux_params, exclude_layers=exclude_layers,
+                    exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                    cast_optional_params=cast_optional_params)
+    converted = model.to_block(ctx)
+    return (converted, model.report) if return_report else converted

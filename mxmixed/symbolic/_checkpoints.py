@@ -1,0 +1,260 @@
+"""Symbol checkpoint files: checked loading, atomic saving, and params checked against a graph.
+
+Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-exported by
+:mod:`mxmixed.symbolic`.
+"""
+import contextlib
+import json
+import os
+import tempfile
+
+import numpy as np
+
+import mxnet as mx
+
+from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
+
+__all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
+
+
+# ------------------------------------------------------------------ checkpoint files
+def checkpoint_paths(prefix, epoch):
+    """The two files of a checkpoint.
+
+    Parameters
+    ----------
+    prefix : str
+    epoch : int
+
+    Returns
+    -------
+    tuple of str
+        ``(prefix-symbol.json, prefix-%04d.params)``.
+    """
+    return "%s-symbol.json" % prefix, "%s-%04d.params" % (prefix, epoch)
+
+
+def _read_bytes(path, what):
+    if not os.path.exists(path):
+        raise ConversionError("%s file %s does not exist" % (what, path))
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise ConversionError("cannot read %s file %s: %s"
+                              % (what, path, err.strerror or err)) from None
+
+
+def _parse_symbol(text, path):
+    try:
+        graph = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConversionError("symbol file %s is not text (is it a params file?)" % path) from None
+    except json.JSONDecodeError as err:
+        raise ConversionError("symbol file %s is not valid JSON (truncated?): %s at line %d "
+                              "column %d" % (path, err.msg, err.lineno, err.colno)) from None
+    if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list) \
+            or not isinstance(graph.get("heads"), list):
+        raise ConversionError("symbol file %s is JSON but not an MXNet symbol (no 'nodes' and "
+                              "'heads')" % path)
+    try:
+        return mx.sym.load_json(json.dumps(graph))
+    except mx.base.MXNetError as err:
+        raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
+                              % (path, _last_line(err))) from None
+
+
+def _split_params(loaded, path):
+    if not isinstance(loaded, dict) or not loaded:
+        raise ConversionError("params file %s holds no named parameters" % path)
+    arg_params, aux_params = {}, {}
+    for key, value in loaded.items():
+        kind, _, name = key.partition(":")
+        if kind == "arg" and name:
+            arg_params[name] = value
+        elif kind == "aux" and name:
+            aux_params[name] = value
+        else:
+            raise ConversionError("params file %s has an entry %r without the 'arg:'/'aux:' "
+                                  "prefix of a checkpoint" % (path, key))
+    return arg_params, aux_params
+
+
+def load_checkpoint(prefix, epoch=0, allow_float16=True):
+    """Load and check a Symbol checkpoint, with one-line errors instead of MXNet tracebacks.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix: reads ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int, default 0
+        The epoch number in the params file name.
+    allow_float16 : bool, default True
+        Whether float16 params are acceptable (a converted or partly cast model).
+
+    Returns
+    -------
+    tuple
+        ``(sym, arg_params, aux_params)`` as ``mx.model.load_checkpoint`` returns them.
+
+    Raises
+    ------
+    ConversionError
+        For a missing or unreadable file, invalid or truncated JSON, a params file that is not
+        one or does not match the symbol, or params of an unsupported dtype.
+    """
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ConversionError("epoch must be a non-negative integer, got %r" % (epoch,))
+    sym_path, params_path = checkpoint_paths(prefix, epoch)
+    sym = _parse_symbol(_read_bytes(sym_path, "symbol"), sym_path)
+    _read_bytes(params_path, "params")
+    try:
+        loaded = mx.nd.load(params_path)
+    except mx.base.MXNetError as err:
+        raise ConversionError("params file %s cannot be loaded (truncated, or not an MXNet "
+                              "params file): %s" % (params_path, _last_line(err))) from None
+    arg_params, aux_params = _split_params(loaded, params_path)
+    check_params(sym, arg_params, aux_params, allow_float16=allow_float16, source=params_path)
+    return sym, arg_params, aux_params
+
+
+def _shape_attr(text):
+    try:
+        shape = json.loads(text.replace("(", "[").replace(")", "]").replace(",]", "]"))
+    except ValueError:
+        return None
+    return tuple(shape) if isinstance(shape, list) else None
+
+
+def data_inputs(sym, arg_params, aux_params):
+    """The inputs of a graph that are not parameters (data, labels), in graph order.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+
+    Returns
+    -------
+    list of str
+    """
+    params = set(arg_params) | set(aux_params)
+    return [name for name in sym.list_inputs() if name not in params]
+
+
+def check_params(sym, arg_params, aux_params, allow_float16=True, source="the params",
+                 data_shapes=None):
+    """Check that parameters belong to a symbol: names, declared shapes and dtypes.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+    allow_float16 : bool, default True
+        Whether float16 params are acceptable besides float32.
+    source : str
+        How to name the params in messages (a file path).
+    data_shapes : dict of str to tuple, optional
+        Shapes of the data inputs; when given, every param shape is checked against MXNet's
+        shape inference too.
+
+    Raises
+    ------
+    ConversionError
+        On any mismatch, in one line.
+    """
+    args, auxs = set(sym.list_arguments()), set(sym.list_auxiliary_states())
+    extra = sorted(set(arg_params) - args) + sorted(set(aux_params) - auxs)
+    missing_aux = sorted(auxs - set(aux_params))
+    attrs = sym.attr_dict()
+    missing_args = sorted(n for n in args - set(arg_params)
+                          if n.endswith(_PARAM_SUFFIXES) or "__init__" in attrs.get(n, {})
+                          or "__shape__" in attrs.get(n, {}))
+    if extra or missing_aux or missing_args:
+        parts = []
+        if extra:
+            parts.append("%d name(s) not in the symbol (e.g. %r)" % (len(extra), extra[0]))
+        if missing_aux or missing_args:
+            absent = missing_args + missing_aux
+            parts.append("%d parameter(s) of the symbol missing (e.g. %r)"
+                         % (len(absent), absent[0]))
+        raise ConversionError("%s do not match the symbol: %s" % (source, "; ".join(parts)))
+    allowed = (_FLOAT32, _FLOAT16) if allow_float16 else (_FLOAT32,)
+    for name, value in list(arg_params.items()) + list(aux_params.items()):
+        if np.dtype(value.dtype) not in allowed:
+            raise ConversionError("%s hold %r as %s, an unsupported dtype: only %s "
+                                  "checkpoints can be converted"
+                                  % (source, name, np.dtype(value.dtype).name,
+                                     " or ".join(d.name for d in allowed)))
+        declared = attrs.get(name, {}).get("__shape__")
+        shape = _shape_attr(declared) if declared else None
+        if shape is not None and (len(shape) != len(value.shape) or any(
+                d not in (0, -1, v) for d, v in zip(shape, value.shape))):
+            raise ConversionError("%s do not match the symbol: %r has shape %s, the symbol "
+                                  "declares %s" % (source, name, value.shape, declared))
+    if data_shapes:
+        known = dict(data_shapes)
+        known.update({n: v.shape for n, v in arg_params.items()})
+        known.update({n: v.shape for n, v in aux_params.items()})
+        try:
+            arg_shapes, _, aux_shapes = sym.infer_shape_partial(**known)
+        except mx.base.MXNetError as err:
+            raise ConversionError("%s do not match the symbol for data shapes %s: %s"
+                                  % (source, dict(data_shapes), _last_line(err))) from None
+        inferred = dict(zip(sym.list_arguments(), arg_shapes))
+        inferred.update(zip(sym.list_auxiliary_states(), aux_shapes))
+        for name, value in list(arg_params.items()) + list(aux_params.items()):
+            if inferred.get(name) and tuple(inferred[name]) != tuple(value.shape):
+                raise ConversionError("%s do not match the symbol: %r has shape %s, the graph "
+                                      "needs %s" % (source, name, value.shape, inferred[name]))
+
+
+def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
+    """Write a checkpoint pair atomically: both files, or neither.
+
+    Both files are written to temporary names in the target folder and then renamed. On any
+    failure (including an interrupt) the temporary files and any output already renamed are
+    removed. ``amp_cast`` nodes are kept (MXNet's ``save_checkpoint`` drops them).
+
+    Parameters
+    ----------
+    prefix : str
+        Output prefix: writes ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int
+        The epoch number of the params file name.
+    sym : mxnet.symbol.Symbol
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+
+    Returns
+    -------
+    tuple of str
+        The paths written: ``(symbol_path, params_path)``.
+    """
+    sym_path, params_path = checkpoint_paths(prefix, epoch)
+    folder = os.path.dirname(os.path.abspath(sym_path))
+    if not os.path.isdir(folder):
+        raise ConversionError("output folder %s does not exist" % folder)
+    temps, done = [], []
+    umask = os.umask(0o022)
+    os.umask(umask)
+    try:
+        for suffix in ("-symbol.json.tmp", ".params.tmp"):
+            handle, path = tempfile.mkstemp(dir=folder, prefix=".mxmixed-", suffix=suffix)
+            os.close(handle)
+            temps.append(path)
+            os.chmod(path, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
+        with open(temps[0], "w") as handle:
+            handle.write(sym.tojson(remove_amp_cast=False))
+        payload = {"arg:%s" % k: v for k, v in arg_params.items()}
+        payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
+        mx.nd.save(temps[1], payload)
+        os.replace(temps[0], sym_path)
+        done.append(sym_path)
+        os.replace(temps[1], params_path)
+        done.append(params_path)
+    except BaseException:
+        for path in temps + done:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
+    return sym_path, params_path

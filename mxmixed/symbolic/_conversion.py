@@ -1,0 +1,190 @@
+"""Symbol conversion to float16: :func:`convert` and the :class:`ConvertedModel` it returns.
+
+A wrapper of ``mxnet.contrib.amp.convert_model`` with checked inputs, exclusions, optional
+float16 params and float16 inputs and outputs. Re-exported by :mod:`mxmixed.symbolic`.
+"""
+import difflib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Dict
+
+import numpy as np
+
+import mxnet as mx
+from mxnet.contrib import amp
+
+from ._checkpoints import check_params, data_inputs, save_checkpoint
+from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32, _last_line
+from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
+                     _known_types, _symbol_block)
+from ._report import ConversionReport, _build_report
+
+__all__ = ["convert", "ConvertedModel"]
+
+
+# ------------------------------------------------------------------ conversion
+@dataclass
+class ConvertedModel:
+    """A converted float16 model: graph, params and the :class:`ConversionReport`.
+
+    Attributes
+    ----------
+    symbol : mxnet.symbol.Symbol
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+    report : ConversionReport
+    """
+
+    symbol: mx.sym.Symbol
+    arg_params: Dict[str, mx.nd.NDArray] = field(repr=False)
+    aux_params: Dict[str, mx.nd.NDArray] = field(repr=False)
+    report: ConversionReport = field(repr=False)
+
+    def save(self, prefix, epoch=0):
+        """Write ``prefix-symbol.json`` and ``prefix-%04d.params``: both or neither.
+
+        Returns
+        -------
+        tuple of str
+            The two paths.
+        """
+        return save_checkpoint(prefix, epoch, self.symbol, self.arg_params, self.aux_params)
+
+    def to_block(self, ctx=None):
+        """The model as a ``SymbolBlock`` for inference (emulated on a CPU).
+
+        Parameters
+        ----------
+        ctx : mxnet.Context, optional
+            The first GPU when there is one, else the CPU.
+
+        Returns
+        -------
+        mxnet.gluon.SymbolBlock
+        """
+        return _symbol_block(self.symbol, self.arg_params, self.aux_params, _default_ctx(ctx))
+
+    def __iter__(self):
+        return iter((self.symbol, self.arg_params, self.aux_params))
+
+
+def _check_target(target_dtype):
+    name = str(target_dtype)
+    if name == "float16":
+        return name
+    if name == "bfloat16":
+        raise ConversionError("target dtype bfloat16 is not supported: MXNet's bfloat16 AMP "
+                              "needs AVX512-BF16 and mxmixed emulates float16 only")
+    raise ConversionError("unsupported target dtype %r: only float16 is supported" % (name,))
+
+
+def _closest(name, choices):
+    close = difflib.get_close_matches(name, choices, n=1)
+    return " (did you mean %r?)" % close[0] if close else ""
+
+
+def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),
+            exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=()):
+    """Convert a float32 Symbol model to float16 mixed precision, with a report.
+
+    A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
+    (MXNet's modifies them in place) and never runs the model.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        The float32 graph.
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+        Its params; float16 ones (a partly cast model) are taken back to float32 first.
+    target_dtype : str, default 'float16'
+        Only float16 is supported.
+    exclude_layers : sequence of str
+        Node names to keep in float32 (``excluded_sym_names``).
+    exclude_ops : sequence of str
+        Operator types to keep in float32 (every node of that type is excluded).
+    keep_io_types : bool, default True
+        Keep data inputs and outputs float32. With False, inputs the graph casts to float16
+        become float16 inputs and float16 outputs are returned without the cast back.
+    cast_optional_params : bool, default True
+        Store params as float16 wherever the graph only uses them in float16, so the file is
+        about half the size. **MXNet's default is False** (params stay float32 and are cast
+        on every run); pass False for that behaviour.
+    searched_layers : sequence of str
+        Layers found by :func:`search_fp32_layers`: kept float32 like ``exclude_layers`` and
+        reported with the reason ``'search'``.
+
+    Returns
+    -------
+    ConvertedModel
+        Graph, params and :class:`ConversionReport`; unpacks as ``sym, args, auxs``.
+
+    Raises
+    ------
+    ConversionError
+        For an unsupported target dtype, params that do not match the graph, an already
+        converted graph, or unknown layer or op names.
+
+    .. note::
+       BatchNorm gamma, beta and moving statistics always stay float32 (MXNet issue #17164).
+    """
+    start = time.perf_counter()
+    target = _check_target(target_dtype)
+    if not isinstance(sym, mx.sym.Symbol):
+        raise ConversionError("sym must be an mxnet Symbol, got %s" % type(sym).__name__)
+    if not isinstance(arg_params, dict) or not isinstance(aux_params, dict):
+        raise ConversionError("arg_params and aux_params must be dicts of name to NDArray")
+    for names, what in ((exclude_layers, "exclude_layers"), (exclude_ops, "exclude_ops"),
+                        (searched_layers, "searched_layers")):
+        if isinstance(names, str):
+            raise ConversionError("%s must be a list of names, not the string %r"
+                                  % (what, names))
+    check_params(sym, arg_params, aux_params)
+    before_graph = _graph(sym)
+    nodes = before_graph["nodes"]
+    if any(n["op"] in _CAST_OPS for n in nodes):
+        raise ConversionError("the graph already holds amp_cast nodes: it is mixed precision "
+                              "already (load it with load_float16)")
+    layer_names = [n["name"] for n in nodes if n["op"] != "null"]
+    registered = set(mx.operator.get_all_registered_operators())
+    reasons = {}
+    for op in exclude_ops:
+        if op not in registered:
+            raise ConversionError("unknown operator %r in exclude_ops%s"
+                                  % (op, _closest(op, sorted(registered))))
+        for node in nodes:
+            if node["op"] == op:
+                reasons.setdefault(node["name"], "excluded op")
+    for names, reason in ((exclude_layers, "excluded layer"), (searched_layers, "search")):
+        for name in names:
+            if name not in layer_names:
+                raise ConversionError("no layer named %r in the graph%s"
+                                      % (name, _closest(name, layer_names)))
+            reasons[name] = reason
+    arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+             for k, v in arg_params.items()}
+    aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+             for k, v in aux_params.items()}
+    data_names = data_inputs(sym, arg_params, aux_params)
+    try:
+        new_sym, new_args, new_auxs = amp.convert_model(
+            sym, dict(arg32), dict(aux32), target_dtype=target,
+            excluded_sym_names=sorted(reasons), cast_optional_params=bool(cast_optional_params))
+    except (AssertionError, ValueError, mx.base.MXNetError) as err:
+        raise ConversionError("MXNet cannot convert this graph: %s" % _last_line(err)) from None
+    converted = dict(new_args, **new_auxs)
+    bad = sorted(name for name in _batchnorm_params(_graph(new_sym))
+                 if name in converted and np.dtype(converted[name].dtype) != _FLOAT32)
+    if bad:  # cannot happen with MXNet 1.9.1's op lists; guards against other lists
+        raise ConversionError("the conversion made BatchNorm params %s float16; BatchNorm "
+                              "needs them float32 (MXNet issue #17164)" % bad)
+    if not keep_io_types:
+        graph = _graph(new_sym)
+        data_types = {n: _FLOAT32 for n in data_names}
+        dtypes = _entry_dtypes(graph, _known_types(new_args, new_auxs, data_types))
+        new_sym = mx.sym.load_json(json.dumps(_io_float16(graph, set(data_names), dtypes)))
+    report = _build_report(before_graph, new_sym, arg_params, aux_params, new_args, new_auxs,
+                           data_names, reasons,
+                           {"keep_io_types": bool(keep_io_types),
+                            "cast_optional_params": bool(cast_optional_params)}, target)
+    report.seconds = time.perf_counter() - start
+    return ConvertedModel(new_sym, new_args, new_auxs, report)

@@ -1,0 +1,250 @@
+"""Private graph helpers of :mod:`mxmixed.symbolic`: graph JSON, dtypes, rewrites, SymbolBlocks.
+
+Type inference per entry, the ``keep_io_types=False`` rewrite, inference forms of Module API
+loss outputs, and the inference ``SymbolBlock`` (emulated on a CPU) that the conversion,
+validation, search and loading code share.
+"""
+import json
+
+import numpy as np
+
+import mxnet as mx
+from mxnet import gluon
+from mxnet.contrib import amp
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
+
+from ..graphpass import emulate_symbol
+from ._common import (ConversionError, _BATCHNORM_OPS, _FLOAT16, _FLOAT32, _LOSS_OUTPUTS,
+                      _last_line)
+
+__all__ = []  # private helpers only, imported by name
+
+
+# ------------------------------------------------------------------ graph helpers
+def _graph(sym):
+    return json.loads(sym.tojson(remove_amp_cast=False))
+
+
+def _entry_dtypes(graph, known):
+    """Dtype of every entry ``(node, output)`` consumed in the graph or at its heads."""
+    entries = sorted({(src, out) for node in graph["nodes"] for src, out, _ in node["inputs"]}
+                     | {(src, out) for src, out, _ in graph["heads"]})
+    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
+    probe["heads"] = [[src, out, 0] for src, out in entries]
+    sym = mx.sym.load_json(json.dumps(probe))
+    names = set(sym.list_inputs())
+    try:
+        _, out_types, _ = sym.infer_type_partial(**{n: t for n, t in known.items() if n in names})
+    except mx.base.MXNetError as err:
+        raise ConversionError("MXNet's type inference rejects the graph: %s"
+                              % _last_line(err)) from None
+    return {entry: (np.dtype(t) if t is not None else None)
+            for entry, t in zip(entries, out_types)}
+
+
+def _compute_dtype(node, dtypes):
+    """The dtype an op computes in: that of its first floating input."""
+    for src, out, _ in node["inputs"]:
+        dtype = dtypes.get((src, out))
+        if dtype is not None and np.issubdtype(dtype, np.floating):
+            return dtype
+    return None
+
+
+def _is_fp32_listed(node, target):
+    if node["op"] in amp.list_fp32_ops(target):
+        return True
+    for op, attr, values in amp.list_conditional_fp32_ops(target):
+        if node["op"] == op and node.get("attrs", {}).get(attr) in values:
+            return True
+    return False
+
+
+def _known_types(arg_params, aux_params, data_types):
+    known = {n: np.dtype(v.dtype) for n, v in list(arg_params.items()) + list(aux_params.items())}
+    known.update(data_types)
+    return known
+
+
+def _var_dtype(node, default=_FLOAT32):
+    code = node.get("attrs", {}).get("__dtype__")
+    if code is None or code == "-1":
+        return default
+    return np.dtype(_DTYPE_MX_TO_NP[int(code)])
+
+
+def _rebuild(graph, keep, entry_map, extra_after):
+    """Copy ``graph`` keeping nodes in ``keep``, remapping entries, inserting new nodes.
+
+    ``entry_map(consumer, (src, out)) -> (src, out)`` redirects inputs (in old indices, where a
+    negative ``src`` names a new node by ``-1 - k``); ``extra_after[i]`` lists new nodes to
+    place right after old node ``i`` (their inputs in old indices).
+    """
+    new_nodes, index, extra_index = [], {}, {}
+
+    def mapped(consumer, entry):
+        src, out = entry_map(consumer, (entry[0], entry[1]))
+        return [extra_index[src] if src < 0 else index[src], out, 0]
+
+    for i, node in enumerate(graph["nodes"]):
+        if i in keep:
+            node = dict(node)
+            node["inputs"] = [mapped(i, e) for e in node["inputs"]]
+            new_nodes.append(node)
+            index[i] = len(new_nodes) - 1
+        for extra in extra_after.get(i, ()):
+            extra = dict(extra)
+            extra["inputs"] = [[index[src], out, 0] for src, out, _ in extra["inputs"]]
+            new_nodes.append(extra)
+            extra_index[extra["_id"]] = len(new_nodes) - 1
+            del extra["_id"]
+    heads = [mapped(None, e) for e in graph["heads"]]
+    return {"nodes": new_nodes, "heads": heads, "attrs": graph.get("attrs", {}),
+            "arg_nodes": [j for j, n in enumerate(new_nodes) if n["op"] == "null"]}
+
+
+def _io_float16(graph, data_names, dtypes):
+    """Drop the boundary casts: float16 data inputs and float16 outputs (keep_io_types=False).
+
+    A data input that the converted graph casts to float16 becomes a float16 input (an
+    ``amp_cast`` to float32 is put in front of any consumer that needs float32); an output
+    cast back to float32 is returned as float16. Inputs that only feed float32 ops (labels)
+    stay float32.
+    """
+    nodes = graph["nodes"]
+    consumers = {}
+    for j, node in enumerate(nodes):
+        for src, out, _ in node["inputs"]:
+            consumers.setdefault(src, []).append(j)
+    drop, redirect, up_for = set(), {}, {}
+    extra_after = {}
+    for d, node in enumerate(nodes):
+        if node["op"] != "null" or node["name"] not in data_names:
+            continue
+        users = sorted(set(consumers.get(d, [])))
+        down = [j for j in users if nodes[j]["op"] == "amp_cast"
+                and nodes[j]["attrs"].get("dtype") == "float16"]
+        if not down:
+            continue
+        nodes[d] = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=str(
+            _DTYPE_NP_TO_MX[np.float16])))
+        for j in down:
+            drop.add(j)
+            redirect[(j, 0)] = (d, 0)
+        others = [j for j in users if j not in down]
+        if others:
+            new_id = -1 - len(extra_after)
+            extra_after[d] = [{"op": "amp_cast", "name": node["name"] + "_amp_cast_float32",
+                               "attrs": {"dtype": "float32"}, "inputs": [[d, 0, 0]],
+                               "_id": new_id}]
+            for j in others:
+                up_for[j, d] = new_id
+    head_redirect = {}
+    for src, out, _ in graph["heads"]:
+        node = nodes[src]
+        if node["op"] == "amp_cast" and node["attrs"].get("dtype") == "float32":
+            inner = tuple(node["inputs"][0][:2])
+            if dtypes.get(inner) == _FLOAT16:
+                head_redirect[(src, out)] = inner
+    if not drop and not head_redirect:
+        return graph
+
+    def entry_map(consumer, entry):
+        if consumer is None:
+            entry = head_redirect.get(entry, entry)
+        elif (consumer, entry[0]) in up_for:
+            return up_for[consumer, entry[0]], 0
+        return redirect.get(entry, entry)
+
+    used = {src for node in nodes for src, _, _ in node["inputs"]}
+    drop |= {src for src, _ in head_redirect if src not in used}
+    keep = {i for i in range(len(nodes)) if i not in drop}
+    return _rebuild(graph, keep, entry_map, extra_after)
+
+
+def _batchnorm_params(graph):
+    """Names of the gamma, beta and moving-statistics inputs of every BatchNorm node."""
+    nodes = graph["nodes"]
+    return {nodes[src]["name"] for node in nodes if node["op"] in _BATCHNORM_OPS
+            for src, _, _ in node["inputs"][1:5] if nodes[src]["op"] == "null"}
+
+
+def _inference_graph(sym):
+    """Replace Module-API loss outputs by their inference form, dropping label inputs."""
+    graph = _graph(sym)
+    heads = graph["heads"]
+    if not any(graph["nodes"][src]["op"] in _LOSS_OUTPUTS for src, _, _ in heads):
+        return sym
+    outputs = []
+    for k, (src, _, _) in enumerate(heads):
+        node = graph["nodes"][src]
+        head = sym[k]
+        if node["op"] not in _LOSS_OUTPUTS:
+            outputs.append(head)
+            continue
+        x = head.get_children()[0]
+        attrs = node.get("attrs", {})
+        name = node["name"]
+        if node["op"] == "SoftmaxOutput":
+            if attrs.get("multi_output") in ("True", "1", "true"):
+                outputs.append(mx.sym.softmax(x, axis=1, name=name))
+            elif attrs.get("preserve_shape") in ("True", "1", "true"):
+                outputs.append(mx.sym.softmax(x, axis=-1, name=name))
+            else:
+                flat = mx.sym.softmax(mx.sym.flatten(x), axis=1)
+                outputs.append(mx.sym.reshape_like(flat, x, name=name))
+        elif node["op"] == "LogisticRegressionOutput":
+            outputs.append(mx.sym.sigmoid(x, name=name))
+        else:
+            outputs.append(mx.sym.identity(x, name=name))
+    return outputs[0] if len(outputs) == 1 else mx.sym.Group(outputs)
+
+
+def _default_ctx(ctx):
+    if ctx is not None:
+        return ctx
+    try:
+        return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
+    except mx.base.MXNetError:
+        return mx.cpu()
+
+
+def _is_cpu(ctx):
+    return ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared")
+
+
+def _symbol_block(sym, arg_params, aux_params, ctx):
+    """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph."""
+    params = dict(arg_params)
+    params.update(aux_params)
+    sym = _inference_graph(sym)
+    graph = _graph(sym)
+    var_nodes = {n["name"]: n for n in graph["nodes"] if n["op"] == "null"}
+    data_names = [n for n in sym.list_inputs() if n not in params]
+    data_types = {n: _var_dtype(var_nodes[n]) for n in data_names}
+    types = {n: np.dtype(v.dtype) for n, v in params.items()}
+    types.update(data_types)
+    try:
+        sym.infer_type_partial(**types)
+        if _is_cpu(ctx):
+            sym = emulate_symbol(sym, types)
+    except (TypeError, mx.base.MXNetError) as err:
+        raise ConversionError(
+            "the graph does not type-check with the dtypes of its params (a converted graph "
+            "saved without its amp_cast nodes, as mx.model.save_checkpoint and "
+            "HybridBlock.export do by default, cannot run): %s"
+            % _last_line(err).rsplit("): ", 1)[-1]) from None
+    inputs = [mx.sym.var(n, dtype=data_types[n]) for n in data_names]
+    block = gluon.SymbolBlock(sym, inputs)
+    block_params = block.collect_params()
+    for name, param in block_params.items():
+        if name in params and np.dtype(param.dtype) != np.dtype(params[name].dtype):
+            param.cast(params[name].dtype)
+    payload = {"arg:%s" % k: v for k, v in arg_params.items()}
+    payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
+    try:
+        block_params.load_dict(payload, ctx=ctx, ignore_extra=True)
+    except (AssertionError, mx.base.MXNetError) as err:
+        raise ConversionError("the params do not fit the graph: %s" % _last_line(err)) from None
+    block._mxmixed_input_dtypes = data_types
+    return block

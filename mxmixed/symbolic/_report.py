@@ -1,0 +1,170 @@
+"""The report of a float16 conversion: ops per dtype, casts, parameter bytes, float32 layers.
+
+:class:`ConversionReport` and the private builder that reads it off a converted graph.
+Re-exported by :mod:`mxmixed.symbolic`.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ._common import _CAST_OPS, _FLOAT32
+from ._graph import (_compute_dtype, _entry_dtypes, _graph, _is_fp32_listed, _known_types,
+                     _var_dtype)
+
+__all__ = ["ConversionReport"]
+
+
+# ------------------------------------------------------------------ the report
+def _format_bytes(n):
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= size:
+            return "%.2f %s" % (n / size, unit)
+    return "%d B" % n
+
+
+def _bytes_by_dtype(*dicts):
+    out = {}
+    for params in dicts:
+        for value in params.values():
+            dtype = np.dtype(value.dtype)
+            out[dtype.name] = out.get(dtype.name, 0) + int(np.prod(value.shape)) * dtype.itemsize
+    return out
+
+
+@dataclass
+class ConversionReport:
+    """What a float16 conversion changed.
+
+    Attributes
+    ----------
+    target_dtype : str
+        The low precision type.
+    ops : dict of str to dict of str to int
+        For every operator type, how many nodes compute in each dtype
+        (``{'Convolution': {'float16': 20, 'float32': 0}}``). Casts are counted apart.
+    casts_inserted : int
+        ``amp_cast`` / ``amp_multicast`` nodes added by the conversion.
+    param_bytes_before, param_bytes_after : dict of str to int
+        Parameter bytes per dtype name, before and after.
+    fp32_layers : list of (str, str, str)
+        ``(layer name, op, reason)`` for every computing node kept in float32; the reason is
+        ``'search'``, ``'excluded layer'``, ``'excluded op'``, ``'float32 op list'`` (MXNet's
+        AMP lists) or ``'float32 input'`` (it follows a float32 layer or input).
+    input_dtypes, output_dtypes : dict of str to str
+        Dtype of each data input and each output of the converted graph.
+    keep_io_types, cast_optional_params : bool
+        The settings used.
+    seconds : float
+        Time the conversion and this report took.
+    layer_dtypes : dict of str to str
+        Compute dtype of every computing node, by name (not printed).
+    """
+
+    target_dtype: str
+    ops: Dict[str, Dict[str, int]]
+    casts_inserted: int
+    param_bytes_before: Dict[str, int]
+    param_bytes_after: Dict[str, int]
+    fp32_layers: List[Tuple[str, str, str]]
+    input_dtypes: Dict[str, str]
+    output_dtypes: Dict[str, str]
+    keep_io_types: bool
+    cast_optional_params: bool
+    seconds: float = 0.0
+    layer_dtypes: Dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def bytes_before(self):
+        """Total parameter bytes before the conversion (int)."""
+        return sum(self.param_bytes_before.values())
+
+    @property
+    def bytes_after(self):
+        """Total parameter bytes after the conversion (int)."""
+        return sum(self.param_bytes_after.values())
+
+    @property
+    def size_ratio(self):
+        """Parameter bytes after / before (float)."""
+        return self.bytes_after / self.bytes_before if self.bytes_before else 1.0
+
+    def count(self, op, dtype):
+        """Number of ``op`` nodes computing in ``dtype`` (int)."""
+        return self.ops.get(op, {}).get(np.dtype(dtype).name, 0)
+
+    def __str__(self):
+        dtypes = sorted({d for counts in self.ops.values() for d in counts},
+                        key=lambda d: (d not in ("float16", "float32"), d))
+        for d in ("float32", "float16"):
+            if d not in dtypes:
+                dtypes.insert(0, d)
+        width = max([len("operator")] + [len(op) for op in self.ops])
+        lines = ["Float16 conversion report (target %s, %.2f s)" % (self.target_dtype,
+                                                                  self.seconds),
+                 "inputs: %s" % ", ".join("%s=%s" % kv for kv in self.input_dtypes.items()),
+                 "outputs: %s" % ", ".join("%s=%s" % kv for kv in self.output_dtypes.items()),
+                 "keep_io_types=%s  cast_optional_params=%s"
+                 % (self.keep_io_types, self.cast_optional_params), ""]
+        lines.append("%-*s %s" % (width, "operator", " ".join("%8s" % d for d in dtypes)))
+        for op in sorted(self.ops):
+            lines.append("%-*s %s" % (width, op, " ".join("%8d" % self.ops[op].get(d, 0)
+                                                          for d in dtypes)))
+        lines += ["", "cast nodes inserted: %d" % self.casts_inserted, ""]
+        names = sorted(set(self.param_bytes_before) | set(self.param_bytes_after),
+                       key=lambda d: (d != "float32", d))
+        lines.append("%-10s %12s %12s" % ("params", "before", "after"))
+        for name in names:
+            lines.append("%-10s %12s %12s" % (name,
+                                             _format_bytes(self.param_bytes_before.get(name, 0)),
+                                             _format_bytes(self.param_bytes_after.get(name, 0))))
+        lines.append("%-10s %12s %12s  (%.1f%%)" % ("total", _format_bytes(self.bytes_before),
+                                                    _format_bytes(self.bytes_after),
+                                                    100.0 * self.size_ratio))
+        lines.append("")
+        if not self.fp32_layers:
+            lines.append("layers kept in float32: none")
+        else:
+            lines.append("layers kept in float32: %d" % len(self.fp32_layers))
+            nwidth = max(len("layer"), *(len(n) for n, _, _ in self.fp32_layers))
+            owidth = max(len("op"), *(len(o) for _, o, _ in self.fp32_layers))
+            lines.append("  %-*s %-*s %s" % (nwidth, "layer", owidth, "op", "reason"))
+            for name, op, reason in self.fp32_layers:
+                lines.append("  %-*s %-*s %s" % (nwidth, name, owidth, op, reason))
+        return "\n".join(lines)
+
+
+def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after, data_names,
+                  reasons, settings, target):
+    graph = _graph(sym)
+    nodes = graph["nodes"]
+    var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
+    data_types = {n: _var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
+    dtypes = _entry_dtypes(graph, _known_types(arg_after, aux_after, data_types))
+    ops, layer_dtypes, fp32_layers = {}, {}, []
+    for node in nodes:
+        if node["op"] == "null" or node["op"] in _CAST_OPS:
+            continue
+        dtype = _compute_dtype(node, dtypes)
+        name = dtype.name if dtype is not None else "other"
+        counts = ops.setdefault(node["op"], {"float16": 0, "float32": 0})
+        counts[name] = counts.get(name, 0) + 1
+        layer_dtypes[node["name"]] = name
+        if dtype == _FLOAT32:
+            reason = reasons.get(node["name"])
+            if reason is None:
+                reason = "float32 op list" if _is_fp32_listed(node, target) else "float32 input"
+            fp32_layers.append((node["name"], node["op"], reason))
+    casts_before = sum(1 for n in before_graph["nodes"] if n["op"] in _CAST_OPS)
+    casts_after = sum(1 for n in nodes if n["op"] in _CAST_OPS)
+    outputs = {}
+    for name, (src, out, _) in zip(sym.list_outputs(), graph["heads"]):
+        dtype = dtypes.get((src, out))
+        outputs[name] = dtype.name if dtype is not None else "unknown"
+    return ConversionReport(
+        target_dtype=target, ops=ops, casts_inserted=casts_after - casts_before,
+        param_bytes_before=_bytes_by_dtype(arg_before, aux_before),
+        param_bytes_after=_bytes_by_dtype(arg_after, aux_after), fp32_layers=fp32_layers,
+        input_dtypes={n: t.name for n, t in data_types.items()}, output_dtypes=outputs,
+        keep_io_types=settings["keep_io_types"],
+        cast_optional_params=settings["cast_optional_params"], layer_dtypes=layer_dtypes)

@@ -1,0 +1,218 @@
+"""Validation: the float32 and the float16 model side by side on the same inputs.
+
+:func:`validate` and its :class:`ValidationReport`, with the private helpers that run a model
+(Block, ConvertedModel or checkpoint tuple) on NumPy batches, emulated on a CPU.
+Re-exported by :mod:`mxmixed.symbolic`.
+"""
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+import mxnet as mx
+from mxnet import gluon
+
+from .. import emulation
+from ._common import ConversionError, _FLOAT16, _FLOAT32
+from ._conversion import ConvertedModel
+from ._graph import _default_ctx, _is_cpu, _symbol_block
+
+__all__ = ["validate", "ValidationReport"]
+
+
+# ------------------------------------------------------------------ running models
+def _batches(inputs, batch_size):
+    """Split ``inputs`` (array or iterable of batches / (X, y) pairs) into NumPy batches."""
+    if isinstance(inputs, mx.nd.NDArray):
+        inputs = inputs.asnumpy()
+    if isinstance(inputs, np.ndarray):
+        if inputs.ndim < 1 or len(inputs) == 0:
+            raise ConversionError("inputs must hold at least one sample")
+        return [inputs[i:i + batch_size] for i in range(0, len(inputs), batch_size)]
+    batches = []
+    for batch in inputs:
+        if isinstance(batch, (list, tuple)):
+            batch = batch[0]
+        batches.append(batch.asnumpy() if isinstance(batch, mx.nd.NDArray) else np.asarray(batch))
+    if not batches:
+        raise ConversionError("inputs yielded no batches")
+    return batches
+
+
+class _Runner:
+    """Runs one model (Block, ConvertedModel or (sym, args, auxs)) on NumPy batches."""
+
+    def __init__(self, model, ctx, input_dtype=None):
+        self.ctx = ctx
+        if isinstance(model, ConvertedModel):
+            model = tuple(model)
+        if isinstance(model, tuple) and len(model) == 3:
+            self.block = _symbol_block(*model, ctx)
+        elif isinstance(model, gluon.Block):
+            self.block = model
+            if _is_cpu(ctx) and self._has_float16(model):
+                cached = getattr(model, "_cached_op", None)
+                if cached is not None and not isinstance(cached, emulation.EmulatedCachedOp):
+                    model._clear_cached_op()  # built before emulation: rebuild it emulated
+        else:
+            raise ConversionError("a model must be a Gluon Block, a ConvertedModel or a "
+                                  "(sym, arg_params, aux_params) tuple, got %s"
+                                  % type(model).__name__)
+        types = getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": _FLOAT32}
+        if len(types) != 1:
+            raise ConversionError("validation supports models with one data input; this one "
+                                  "has %s" % sorted(types))
+        self.input_dtype = np.dtype(input_dtype or list(types.values())[0])
+
+    @staticmethod
+    def _has_float16(block):
+        return any(np.dtype(p.dtype) == _FLOAT16 for p in block.collect_params().values())
+
+    def __call__(self, batch):
+        X = mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)
+        scope = emulation.emulated() if _is_cpu(self.ctx) else contextlib.nullcontext()
+        with scope:
+            out = self.block(X)
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            return [o.astype("float32").asnumpy() for o in outs]
+
+
+def _progress(iterable, enabled, desc, total=None):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False)
+
+
+def _run(runner, batches, progress, desc):
+    outputs = None
+    for batch in _progress(batches, progress, desc, total=len(batches)):
+        outs = runner(batch)
+        if outputs is None:
+            outputs = [[] for _ in outs]
+        for store, out in zip(outputs, outs):
+            store.append(out)
+    return [np.concatenate(parts) for parts in outputs]
+
+
+@dataclass
+class ValidationReport:
+    """The float16 model against the float32 model on the same inputs.
+
+    Attributes
+    ----------
+    samples : int
+        Number of inputs compared.
+    max_abs_error : float
+        Largest ``|y16 - y32|`` over all outputs (inf when float16 gave inf or NaN).
+    max_rel_error : float
+        ``max_abs_error / max|y32|``: the error relative to the output scale. Element-wise
+        relative error is meaningless near zero outputs, so it is not used.
+    nonfinite_share : float
+        Share of float16 output values that are inf or NaN.
+    top1_agreement : float or None
+        Share of samples whose arg-max class is the same in both, for classifiers (outputs
+        of shape ``(N, classes)``); None otherwise.
+    device : str
+        Where it ran, and whether float16 was emulated.
+    seconds : float
+        Wall time of both runs.
+    """
+
+    samples: int
+    max_abs_error: float
+    max_rel_error: float
+    nonfinite_share: float
+    top1_agreement: Optional[float]
+    device: str
+    seconds: float
+
+    def passes(self, tolerance):
+        """Whether every output is finite and ``max_rel_error <= tolerance`` (bool)."""
+        return self.nonfinite_share == 0.0 and self.max_rel_error <= tolerance
+
+    def __str__(self):
+        top1 = "n/a" if self.top1_agreement is None else "%.2f%%" % (100 * self.top1_agreement)
+        rows = [("samples", "%d" % self.samples),
+                ("max abs error", "%.4g" % self.max_abs_error),
+                ("max rel error", "%.4g  (max abs error / max |float32 output|)"
+                 % self.max_rel_error),
+                ("non-finite outputs", "%.2f%%" % (100 * self.nonfinite_share)),
+                ("top-1 agreement", top1),
+                ("device", self.device),
+                ("time", "%.2f s" % self.seconds)]
+        return "Validation: float16 against float32\n" + "\n".join(
+            "  %-19s %s" % row for row in rows)
+
+
+def _compare(ref, got):
+    abs_err, scale, nonfinite, total = 0.0, 0.0, 0, 0
+    for a, b in zip(ref, got):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        finite = np.isfinite(b64)
+        nonfinite += int((~finite).sum())
+        total += b64.size
+        diff = np.abs(a64 - b64)
+        diff[~np.isfinite(diff)] = np.inf
+        if diff.size:
+            abs_err = max(abs_err, float(diff.max()))
+            scale = max(scale, float(np.abs(a64[np.isfinite(a64)]).max(initial=0.0)))
+    rel = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
+    top1 = None
+    if ref and ref[0].ndim == 2 and ref[0].shape[1] > 1:
+        top1 = float(np.mean(ref[0].argmax(axis=1) == got[0].argmax(axis=1)))
+    return abs_err, rel, (nonfinite / total if total else 0.0), top1
+
+
+def _device_text(ctx):
+    return "%s (float16 %s)" % (ctx, "emulated" if _is_cpu(ctx) else "native")
+
+
+def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=True,
+             input_dtype=None):
+    """Run the float32 and the float16 model on the same inputs and compare the outputs.
+
+    On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
+    not speed); on a GPU, natively.
+
+    Parameters
+    ----------
+    fp32_model, fp16_model : mxnet.gluon.Block, ConvertedModel or tuple
+        Gluon blocks (a :func:`load_float16` block, a hybridized net), converted models, or
+        ``(sym, arg_params, aux_params)`` tuples. One data input each.
+    inputs : array-like or iterable
+        An array of samples ``(N, ...)`` (split into batches), or an iterable of batches or
+        ``(X, y)`` pairs such as a DataLoader.
+    batch_size : int, default 8
+        Batch size when ``inputs`` is one array.
+    ctx : mxnet.Context, optional
+        The first GPU when there is one, else the CPU.
+    progress : bool, default True
+        Show a tqdm bar.
+    input_dtype : str, optional
+        Dtype of the data given to the float16 model: by default the one it declares
+        (float16 after ``keep_io_types=False``), else float32; ``'float16'`` for a Gluon
+        block cast with ``cast('float16')``. The float32 model always gets float32.
+
+    Returns
+    -------
+    ValidationReport
+    """
+    if batch_size < 1:
+        raise ConversionError("batch_size must be at least 1, got %r" % (batch_size,))
+    ctx = _default_ctx(ctx)
+    start = time.perf_counter()
+    batches = _batches(inputs, batch_size)
+    ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32")
+    got = _run(_Runner(fp16_model, ctx, input_dtype), batches, progress, "validate float16")
+    if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
+        raise ConversionError("the two models give outputs of different shapes: %s and %s"
+                              % ([a.shape for a in ref], [b.shape for b in got]))
+    abs_err, rel, nonfinite, top1 = _compare(ref, got)
+    return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
+                            max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
+                            device=_device_text(ctx), seconds=time.perf_counter() - start)
