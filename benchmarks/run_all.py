@@ -121,23 +121,23 @@ def _fig(suite, workload, figure, value, unit, lo=None, hi=None, absolute="", **
     return out
 
 
+# Scripts built on _workers.compare: (figure, baseline label, variant label).
+_SIDE_BY_SIDE = {
+    "emulation": ("emulated AMP step / float32 step (CPU)", "float32", "emulated"),
+    "overhead": ("mxmixed step / raw mxnet.contrib.amp step", "raw amp", "mxmixed"),
+}
+
+
 def figures(suite, raw):
     """Turn one script's JSON into the common figure records."""
     out = []
-    if suite == "emulation":
+    if suite in _SIDE_BY_SIDE:
+        title, base, variant = _SIDE_BY_SIDE[suite]
         for r in raw:
-            out.append(_fig(suite, r["workload"], "emulated AMP step / float32 step (CPU)",
+            out.append(_fig(suite, r["workload"], title,
                             r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
-                            "float32 %.4f s/step, emulated %.4f s/step" % (
-                                r["baseline_s_per_step"], r["variant_s_per_step"]),
-                            goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
-                                r["rounds"], r["steps_per_round"])))
-    elif suite == "overhead":
-        for r in raw:
-            out.append(_fig(suite, r["workload"], "mxmixed step / raw mxnet.contrib.amp step",
-                            r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
-                            "raw amp %.4f s/step, mxmixed %.4f s/step" % (
-                                r["baseline_s_per_step"], r["variant_s_per_step"]),
+                            "%s %.4f s/step, %s %.4f s/step" % (
+                                base, r["baseline_s_per_step"], variant, r["variant_s_per_step"]),
                             goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
                                 r["rounds"], r["steps_per_round"])))
     elif suite == "convert":
