@@ -29,11 +29,15 @@ carries a CRC-32 that is checked on reading). Its members:
     Your ``extra`` object, pickled: a step counter, the state of the generator that draws
     the batches, ...
 
-Writing is atomic: the archive goes to a temporary file next to ``path``
-(``.<name>.<pid>.<random>.tmp``), is flushed and fsync'ed, and then replaces ``path`` with
-``os.replace``. A failure while writing removes the temporary file and leaves an earlier
-checkpoint at ``path`` as it was. A process killed outright (SIGKILL, power loss) cannot
-clean up: it may leave such a temporary file behind, never a partial file at ``path``.
+Writing is atomic (:mod:`mxmixed._io`, the one writer of checkpoints and converted models):
+the archive goes to a temporary file next to ``path`` (``.<name>.<pid>.<tag>.tmp``), is
+fsync'ed, replaces ``path`` with ``os.replace``, and the folder is fsync'ed. Nothing is
+written anywhere else (no ``/tmp``). A failure while writing (a full disk, Ctrl-C, SIGTERM)
+removes the temporary file and leaves an earlier checkpoint at ``path`` as it was; a SIGTERM is
+then delivered again and ends the process as usual. A process killed outright (SIGKILL, power
+loss) cannot clean up: it may leave such a temporary file behind, never a partial file at
+``path``, and the next :func:`save` to the same ``path`` removes the temporary files of
+processes that no longer run.
 
 .. warning::
    ``trainer.states`` and ``extra.pkl`` are pickles, as MXNet's own ``Trainer.load_states``
@@ -59,102 +63,36 @@ The optimizer is restored as saved (learning rate and schedule included), as
 ``Trainer.load_states`` does; only its class must match the trainer's.
 """
 import json
+import json
 import os
 import pickle
-import secrets
 import warnings
 import zipfile
 
-import numpy as np
-
 import mxnet as mx
-from mxnet import gluon
 
+from . import _io
+from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, SCALER, TRAINER,
+                           CheckpointError, check_scaler, check_scaler_state, check_trainer,
+                           check_trainer_states, corrupt, dtype_name, load_arrays,
+                           named_params, net_mismatches, parse_manifest, read_manifest,
+                           read_members, set_trainer_states, trainer_params, trainer_states)
 from ._version import __version__
+from .training import loss_scaler
 
 __all__ = ["save", "load", "read_manifest", "CheckpointError", "FORMAT_VERSION"]
-
-FORMAT = "mxmixed-checkpoint"
-FORMAT_VERSION = 1
-
-_MANIFEST = "manifest.json"
-_PARAMS = "params.nd"
-_TRAINER = "trainer.states"
-_SCALER = "scaler.json"
-_EXTRA = "extra.pkl"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is truncated, corrupt, not a checkpoint, or does not fit the net/trainer."""
-
-
-# ----------------------------------------------------------------------------- helpers
-def _named_params(net):
-    if not isinstance(net, gluon.Block):
-        raise TypeError("net must be a gluon Block, got %s" % type(net).__name__)
-    return net._collect_params_with_prefix()
-
-
-def _dtype_name(dtype):
-    return np.dtype(dtype).name
-
-
-def _describe(shape, dtype):
-    return "%s %s" % (tuple(shape), dtype)
-
-
-def _shape_fits(own, saved):
-    """Whether a parameter of shape ``own`` (0 or -1: not known yet) can take ``saved``."""
-    if own is None or len(own) == 0:
-        return True
-    return len(own) == len(saved) and all(mine in (0, -1, theirs)
-                                          for mine, theirs in zip(own, saved))
-
-
-def _trainer_params(trainer, named):
-    """(name, shape, dtype) of each trainer parameter, in the trainer's order."""
-    by_id = {}
-    for name, param in named.items():
-        by_id.setdefault(id(param), name)
-    rows = []
-    for param in trainer._params:
-        name = by_id.get(id(param))
-        rows.append({"name": name, "shape": list(param.shape or ()),
-                     "dtype": _dtype_name(param.dtype)})
-    return rows
 
 
 def _default_scaler(trainer):
     if trainer is None:
         return None
-    from .training import loss_scaler
-
     try:
         return loss_scaler(trainer)
     except ValueError:
         return None
 
 
-def _check_trainer(trainer):
-    if trainer is not None and not isinstance(trainer, gluon.Trainer):
-        raise TypeError("trainer must be a gluon.Trainer, got %s" % type(trainer).__name__)
-
-
-def _check_scaler(scaler):
-    if scaler is not None and not (hasattr(scaler, "state_dict")
-                                   and hasattr(scaler, "load_state_dict")):
-        raise TypeError("scaler must be an mxmixed.LossScaler (something with state_dict and "
-                        "load_state_dict), got %s" % type(scaler).__name__)
-
-
-def _trainer_states_bytes(trainer, scratch):
-    fname = os.path.join(scratch, "trainer.states")
-    trainer.save_states(fname)
-    with open(fname, "rb") as fileobj:
-        return fileobj.read()
-
-
-def _params_bytes(named, scratch):
+def _params_bytes(named, path):
     arrays = {}
     for name, param in named.items():
         try:
@@ -163,16 +101,15 @@ def _params_bytes(named, scratch):
             raise ValueError("parameter '%s' has no data to save (%s); initialize the net and, "
                              "for deferred shapes, run one forward pass first"
                              % (name, str(err).splitlines()[0])) from None
-    fname = os.path.join(scratch, "params.nd")
-    mx.nd.save(fname, arrays)
-    with open(fname, "rb") as fileobj:
-        data = fileobj.read()
-    rows = [{"name": n, "shape": list(a.shape), "dtype": _dtype_name(a.dtype)}
+    with _io.scratch_file(path) as scratch:  # mx.nd.save only writes to a file name
+        mx.nd.save(scratch, arrays)
+        with open(scratch, "rb") as fileobj:
+            data = fileobj.read()
+    rows = [{"name": n, "shape": list(a.shape), "dtype": dtype_name(a.dtype)}
             for n, a in arrays.items()]
     return data, rows
 
 
-# ----------------------------------------------------------------------------- save
 def save(path, net, trainer=None, scaler=None, extra=None):
     """Write a checkpoint of ``net`` (and a trainer, a loss scaler and ``extra``) atomically.
 
@@ -203,14 +140,12 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         When the file cannot be written; an earlier checkpoint at ``path`` is then intact and
         no temporary file is left.
     """
-    import tempfile
-
     path = os.fspath(path)
-    named = _named_params(net)
-    _check_trainer(trainer)
+    named = named_params(net)
+    check_trainer(trainer)
     if scaler is None:
         scaler = _default_scaler(trainer)
-    _check_scaler(scaler)
+    check_scaler(scaler)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError("cannot write checkpoint '%s': the folder '%s' does not exist"
@@ -229,244 +164,38 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         except (TypeError, ValueError) as err:
             raise ValueError("the scaler's state_dict is not plain JSON data: %s" % err) from None
 
-    with tempfile.TemporaryDirectory(prefix="mxmixed-ckpt-") as scratch:
-        params_bytes, rows = _params_bytes(named, scratch)
-        trainer_bytes = None
-        trainer_info = None
-        if trainer is not None:
-            trainer_bytes = _trainer_states_bytes(trainer, scratch)
-            trainer_info = {"optimizer": type(trainer._optimizer).__name__,
-                            "params": _trainer_params(trainer, named)}
+    params_bytes, rows = _params_bytes(named, path)
+    trainer_bytes = None
+    trainer_info = None
+    if trainer is not None:
+        trainer_bytes = trainer_states(trainer)
+        trainer_info = {"optimizer": type(trainer._optimizer).__name__,
+                        "params": trainer_params(trainer, named)}
 
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "mxmixed_version": __version__, "mxnet_version": mx.__version__,
                 "params": rows, "trainer": trainer_info,
                 "has_scaler": scaler_bytes is not None, "has_extra": extra is not None}
-    members = [(_MANIFEST, json.dumps(manifest, indent=1).encode("utf-8")),
-               (_PARAMS, params_bytes)]
+    members = [(MANIFEST, json.dumps(manifest, indent=1).encode("utf-8")),
+               (PARAMS, params_bytes)]
     if trainer_bytes is not None:
-        members.append((_TRAINER, trainer_bytes))
+        members.append((TRAINER, trainer_bytes))
     if scaler_bytes is not None:
-        members.append((_SCALER, scaler_bytes))
+        members.append((SCALER, scaler_bytes))
     if extra is not None:
-        members.append((_EXTRA, extra_bytes))
-    _atomic_write(path, members)
+        members.append((EXTRA, extra_bytes))
+    _io.atomic_write(path, _archive(members))
 
 
-def _open_temp(path):
-    folder, base = os.path.split(os.path.abspath(path))
-    while True:
-        tmp = os.path.join(folder, ".%s.%d.%s.tmp" % (base, os.getpid(), secrets.token_hex(4)))
-        try:
-            # 0o666 and the umask, as open() would give the final file.
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                                | getattr(os, "O_BINARY", 0), 0o666)
-        except FileExistsError:
-            continue
 
-
-def _atomic_write(path, members):
-    tmp, fd = _open_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as fileobj:
+def _archive(members):
+    def write(temp):
+        with open(temp, "wb") as fileobj:
             with zipfile.ZipFile(fileobj, "w", compression=zipfile.ZIP_STORED,
                                  allowZip64=True) as archive:
                 for name, data in members:
                     archive.writestr(name, data)
-            fileobj.flush()
-            os.fsync(fileobj.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_folder(os.path.dirname(os.path.abspath(path)))
-
-
-def _fsync_folder(folder):
-    # Makes the rename itself durable on POSIX; not possible (nor needed) on Windows.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-# ----------------------------------------------------------------------------- reading
-def _corrupt(path, detail):
-    return CheckpointError("checkpoint '%s' is truncated or corrupt (%s); it cannot be loaded. "
-                           "Use an earlier checkpoint." % (path, detail))
-
-
-def _read_members(path):
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError("no checkpoint at '%s'" % path)
-    if os.path.isdir(path):
-        raise IsADirectoryError("'%s' is a folder, not a checkpoint file" % path)
-    with open(path, "rb") as fileobj:
-        head = fileobj.read(4)
-    if head[:4] != b"PK\x03\x04":
-        if not head:
-            raise _corrupt(path, "the file is empty")
-        raise CheckpointError("'%s' is not an mxmixed checkpoint (not a ZIP archive written by "
-                              "mxmixed.checkpoint.save; a file from net.save_parameters loads "
-                              "with net.load_parameters)" % path)
-    try:
-        with zipfile.ZipFile(path, "r") as archive:
-            names = archive.namelist()
-            if _MANIFEST not in names:
-                raise CheckpointError("'%s' is a ZIP archive but not an mxmixed checkpoint "
-                                      "(no %s)" % (path, _MANIFEST))
-            members = {name: archive.read(name) for name in names}
-    except CheckpointError:
-        raise
-    except zipfile.BadZipFile as err:
-        if "not a zip file" in str(err):
-            raise _corrupt(path, "its end, the ZIP central directory, is missing") from None
-        raise _corrupt(path, str(err)) from None
-    except Exception as err:  # EOFError, zlib.error, struct.error, a bad seek...
-        raise _corrupt(path, "%s: %s" % (type(err).__name__, err)) from None
-    return path, members
-
-
-def _parse_manifest(path, members):
-    try:
-        manifest = json.loads(members[_MANIFEST].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise _corrupt(path, "unreadable manifest: %s" % err) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError("'%s' is not an mxmixed checkpoint (its manifest says format %r)"
-                              % (path, manifest.get("format") if isinstance(manifest, dict)
-                                 else None))
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError("checkpoint '%s' has format version %r, written by mxmixed %s; "
-                              "this mxmixed %s reads versions up to %d: upgrade mxmixed"
-                              % (path, version, manifest.get("mxmixed_version", "?"),
-                                 __version__, FORMAT_VERSION))
-    for key in ("params", "trainer", "has_scaler", "has_extra"):
-        if key not in manifest:
-            raise _corrupt(path, "the manifest lacks %r" % key)
-    for name, flag in ((_TRAINER, manifest["trainer"] is not None),
-                       (_SCALER, manifest["has_scaler"]), (_EXTRA, manifest["has_extra"]),
-                       (_PARAMS, True)):
-        if flag and name not in members:
-            raise _corrupt(path, "the member %s is missing" % name)
-    return manifest
-
-
-def read_manifest(path):
-    """The manifest of a checkpoint: versions, parameter names, shapes and dtypes.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-
-    Returns
-    -------
-    dict
-        As described in the module docstring.
-    """
-    path, members = _read_members(path)
-    return _parse_manifest(path, members)
-
-
-def _load_arrays(path, members, manifest):
-    try:
-        arrays = mx.nd.load_frombuffer(members[_PARAMS])
-    except mx.base.MXNetError as err:
-        raise _corrupt(path, "unreadable parameters: %s" % str(err).splitlines()[0]) from None
-    if not isinstance(arrays, dict):
-        raise _corrupt(path, "the parameters are not a named dictionary")
-    listed = {row["name"]: row for row in manifest["params"]}
-    if set(listed) != set(arrays):
-        raise _corrupt(path, "the manifest and the parameters name different arrays")
-    for name, array in arrays.items():
-        row = listed[name]
-        if tuple(row["shape"]) != array.shape or row["dtype"] != _dtype_name(array.dtype):
-            raise _corrupt(path, "parameter '%s' differs from the manifest" % name)
-    return arrays
-
-
-def _net_mismatches(named, manifest):
-    """Messages about the net's parameters that the checkpoint does not fit, first first."""
-    saved = {row["name"]: row for row in manifest["params"]}
-    problems = []
-    for name, param in named.items():
-        row = saved.get(name)
-        if row is None:
-            problems.append("parameter '%s' of the net is missing from the checkpoint" % name)
-            continue
-        shape = tuple(row["shape"])
-        dtype = row["dtype"]
-        own_shape = tuple(param.shape) if param.shape is not None else None
-        own_dtype = _dtype_name(param.dtype)
-        if not _shape_fits(own_shape, shape) or own_dtype != dtype:
-            problems.append("parameter '%s': the net expects %s, the checkpoint holds %s"
-                            % (name, _describe(own_shape if own_shape is not None else (),
-                                               own_dtype), _describe(shape, dtype)))
-    for name in saved:
-        if name not in named:
-            problems.append("the checkpoint holds parameter '%s', which the net lacks" % name)
-    return problems
-
-
-def _load_trainer_states(path, members, manifest, trainer, named):
-    info = manifest["trainer"]
-    if info is None:
-        raise CheckpointError("checkpoint '%s' holds no trainer states; call load without a "
-                              "trainer to restore only the net" % path)
-    optimizer = type(trainer._optimizer).__name__
-    if info.get("optimizer") != optimizer:
-        raise CheckpointError("checkpoint '%s' was written with optimizer %s, this trainer uses "
-                              "%s" % (path, info.get("optimizer"), optimizer))
-    saved = info.get("params", [])
-    mine = _trainer_params(trainer, named)
-    if len(saved) != len(mine):
-        raise CheckpointError("checkpoint '%s' has optimizer states for %d parameters, this "
-                              "trainer has %d" % (path, len(saved), len(mine)))
-    for k, (theirs, ours) in enumerate(zip(saved, mine)):
-        same_name = theirs["name"] is None or ours["name"] is None \
-            or theirs["name"] == ours["name"]
-        if not same_name or theirs["dtype"] != ours["dtype"] or \
-                not _shape_fits(tuple(ours["shape"]), tuple(theirs["shape"])):
-            raise CheckpointError(
-                "checkpoint '%s' does not fit this trainer: its parameter %d is '%s' %s, the "
-                "trainer's is '%s' %s" % (path, k, theirs["name"],
-                                         _describe(theirs["shape"], theirs["dtype"]),
-                                         ours["name"], _describe(ours["shape"], ours["dtype"])))
-    data = members[_TRAINER]
-    try:
-        states = pickle.loads(data)
-    except Exception as err:  # a damaged pickle raises almost anything
-        raise _corrupt(path, "unreadable trainer states: %s: %s"
-                       % (type(err).__name__, err)) from None
-    if not (isinstance(states, tuple) and len(states) == 2 and isinstance(states[0], dict)
-            and isinstance(states[1], mx.optimizer.Optimizer)):
-        raise _corrupt(path, "the trainer states are not (states, optimizer)")
-    return data
-
-
-def _load_scaler_state(path, members):
-    from .scaler import LossScaler
-
-    try:
-        state = json.loads(members[_SCALER].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise _corrupt(path, "unreadable loss-scaler state: %s" % err) from None
-    try:
-        LossScaler().load_state_dict(state)  # validate on a throwaway scaler first
-    except (ValueError, TypeError) as err:
-        raise _corrupt(path, "bad loss-scaler state: %s" % err) from None
-    return state
+    return write
 
 
 # ----------------------------------------------------------------------------- load
@@ -503,28 +232,28 @@ def load(path, net, trainer=None, scaler=None):
         fit: the message names the first mismatching parameter (name, expected and found
         shape and dtype) or the missing or extra names.
     """
-    path, members = _read_members(path)
-    manifest = _parse_manifest(path, members)
-    named = _named_params(net)
-    _check_trainer(trainer)
+    path, members = read_members(path)
+    manifest = parse_manifest(path, members)
+    named = named_params(net)
+    check_trainer(trainer)
     explicit_scaler = scaler is not None
     if scaler is None:
         scaler = _default_scaler(trainer)
-    _check_scaler(scaler)
+    check_scaler(scaler)
 
     # 1. check everything
-    problems = _net_mismatches(named, manifest)
+    problems = net_mismatches(named, manifest)
     if problems:
         more = " (and %d more mismatches)" % (len(problems) - 1) if len(problems) > 1 else ""
         raise CheckpointError("checkpoint '%s' does not fit this net: %s%s. Nothing was loaded."
                               % (path, problems[0], more))
-    arrays = _load_arrays(path, members, manifest)
+    arrays = load_arrays(path, members, manifest)
     trainer_data = None
     if trainer is not None:
-        trainer_data = _load_trainer_states(path, members, manifest, trainer, named)
+        trainer_data = check_trainer_states(path, members, manifest, trainer, named)
     scaler_state = None
     if manifest["has_scaler"]:
-        scaler_state = _load_scaler_state(path, members)
+        scaler_state = check_scaler_state(path, members)
         if scaler is None and trainer is not None:
             warnings.warn("checkpoint '%s' holds a loss-scaler state, but no scaler was given "
                           "and the trainer has none attached: the scale is not restored"
@@ -538,9 +267,9 @@ def load(path, net, trainer=None, scaler=None):
     extra = None
     if manifest["has_extra"]:
         try:
-            extra = pickle.loads(members[_EXTRA])
+            extra = pickle.loads(members[EXTRA])
         except Exception as err:  # a damaged pickle raises almost anything
-            raise _corrupt(path, "unreadable extra: %s: %s" % (type(err).__name__, err)) from None
+            raise corrupt(path, "unreadable extra: %s: %s" % (type(err).__name__, err)) from None
 
     # 2. apply it
     for name, param in named.items():
@@ -549,19 +278,7 @@ def load(path, net, trainer=None, scaler=None):
         else:
             param._load_init(arrays[name], None)
     if trainer_data is not None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="mxmixed-ckpt-") as scratch:
-            fname = os.path.join(scratch, "trainer.states")
-            with open(fname, "wb") as fileobj:
-                fileobj.write(trainer_data)
-            trainer.load_states(fname)
+        set_trainer_states(trainer, trainer_data)
     if scaler_state is not None and scaler is not None:
-        mirror = getattr(scaler, "_mirror", None)
         scaler.load_state_dict(scaler_state)
-        # LossScaler.load_state_dict re-runs __init__, which drops the link to AMP's global
-        # scaler (read by SoftmaxOutput and MXNet's other loss-output ops); put it back.
-        if mirror is not None and getattr(scaler, "_mirror", None) is None:
-            scaler._mirror = mirror
-            scaler._sync_mirror()
     return extra

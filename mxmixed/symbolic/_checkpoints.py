@@ -3,15 +3,14 @@
 Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-exported by
 :mod:`mxmixed.symbolic`.
 """
-import contextlib
 import json
 import os
-import tempfile
 
 import numpy as np
 
 import mxnet as mx
 
+from .._io import atomic_write_group
 from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
@@ -210,11 +209,13 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
 
 
 def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
-    """Write a checkpoint pair atomically: both files, or neither.
+    """Write a checkpoint pair atomically: both new files, or the earlier pair untouched.
 
-    Both files are written to temporary names in the target folder and then renamed. On any
-    failure (including an interrupt) the temporary files and any output already renamed are
-    removed. ``amp_cast`` nodes are kept (MXNet's ``save_checkpoint`` drops them).
+    Both files go through :func:`mxmixed._io.atomic_write_group`: they are written to
+    temporary names in the target folder, fsync'ed and renamed over the targets. On any failure
+    (a full disk, an immutable file, an interrupt) the temporary files are removed and an
+    earlier pair at ``prefix`` is left exactly as it was. ``amp_cast`` nodes are kept (MXNet's
+    ``save_checkpoint`` drops them).
 
     Parameters
     ----------
@@ -234,27 +235,8 @@ def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
     folder = os.path.dirname(os.path.abspath(sym_path))
     if not os.path.isdir(folder):
         raise ConversionError("output folder %s does not exist" % folder)
-    temps, done = [], []
-    umask = os.umask(0o022)
-    os.umask(umask)
-    try:
-        for suffix in ("-symbol.json.tmp", ".params.tmp"):
-            handle, path = tempfile.mkstemp(dir=folder, prefix=".mxmixed-", suffix=suffix)
-            os.close(handle)
-            temps.append(path)
-            os.chmod(path, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
-        with open(temps[0], "w") as handle:
-            handle.write(sym.tojson(remove_amp_cast=False))
-        payload = {"arg:%s" % k: v for k, v in arg_params.items()}
-        payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
-        mx.nd.save(temps[1], payload)
-        os.replace(temps[0], sym_path)
-        done.append(sym_path)
-        os.replace(temps[1], params_path)
-        done.append(params_path)
-    except BaseException:
-        for path in temps + done:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-        raise
+    payload = {"arg:%s" % k: v for k, v in arg_params.items()}
+    payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
+    atomic_write_group([(sym_path, sym.tojson(remove_amp_cast=False)),
+                        (params_path, lambda temp: mx.nd.save(temp, payload))])
     return sym_path, params_path

@@ -1,0 +1,120 @@
+"""Writing a converted pair (symbol json + params) never destroys a good earlier pair.
+
+``mxmixed.symbolic.save_checkpoint`` (behind ``ConvertedModel.save`` and ``mxmixed convert``)
+writes through the one atomic writer, ``mxmixed._io``: when the new pair cannot be completed,
+the earlier pair is left exactly as it was, and nothing else is left in the folder.
+"""
+import os
+import subprocess
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxmixed import symbolic
+
+
+def _pair(scale):
+    data = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
+    arg_params = {"fc_weight": mx.nd.full((3, 4), scale), "fc_bias": mx.nd.zeros((3,))}
+    return sym, arg_params, {}
+
+
+def _snapshot(folder):
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
+
+
+@pytest.fixture
+def old_pair(tmp_path):
+    prefix = str(tmp_path / "ok16")
+    symbolic.save_checkpoint(prefix, 0, *_pair(1.0))
+    before = _snapshot(tmp_path)
+    assert sorted(before) == ["ok16-0000.params", "ok16-symbol.json"]
+    return prefix, before
+
+
+def _other_graph():
+    sym, arg_params, aux_params = _pair(2.0)
+    return mx.sym.relu(sym, name="act"), arg_params, aux_params
+
+
+def test_failure_between_the_two_renames_keeps_the_earlier_pair(old_pair, tmp_path,
+                                                                monkeypatch):
+    prefix, before = old_pair
+    real_replace = os.replace
+    calls = []
+
+    def replace_failing_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # the symbol file is already renamed over the old one
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_failing_second)
+    with pytest.raises(OSError, match="No space left"):
+        symbolic.save_checkpoint(prefix, 0, *_other_graph())
+    monkeypatch.undo()
+    assert len(calls) >= 2
+    assert _snapshot(tmp_path) == before
+    sym, arg_params, _ = symbolic.load_checkpoint(prefix, 0)
+    assert "act" not in sym.tojson()
+    assert np.array_equal(arg_params["fc_weight"].asnumpy(), np.ones((3, 4), np.float32))
+
+
+def test_immutable_params_file_keeps_the_earlier_pair(old_pair, tmp_path):
+    # issue 14 item 7: `chattr +i ok16-0000.params`, then convert again to the same --out
+    prefix, before = old_pair
+    params = str(tmp_path / "ok16-0000.params")
+    if subprocess.run(["chattr", "+i", params], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a supporting filesystem)")
+    try:
+        with pytest.raises(OSError):
+            symbolic.save_checkpoint(prefix, 0, *_other_graph())
+        assert _snapshot(tmp_path) == before
+    finally:
+        subprocess.run(["chattr", "-i", params], capture_output=True)
+
+
+def test_params_target_that_is_a_folder_keeps_the_symbol_file(tmp_path):
+    prefix = str(tmp_path / "m")
+    symbolic.save_checkpoint(prefix, 0, *_pair(1.0))
+    os.remove(prefix + "-0000.params")
+    os.mkdir(prefix + "-0001.params")
+    before = _snapshot(tmp_path / "m-0001.params"), (tmp_path / "m-symbol.json").read_bytes()
+    with pytest.raises(IsADirectoryError):
+        symbolic.save_checkpoint(prefix, 1, *_other_graph())
+    assert sorted(os.listdir(tmp_path)) == ["m-0001.params", "m-symbol.json"]
+    assert (_snapshot(tmp_path / "m-0001.params"), (tmp_path / "m-symbol.json").read_bytes()) \
+        == before
+
+
+def test_interrupt_while_writing_the_params_keeps_the_earlier_pair(old_pair, tmp_path,
+                                                                   monkeypatch):
+    prefix, before = old_pair
+
+    def interrupted_save(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mx.nd, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        symbolic.save_checkpoint(prefix, 0, *_other_graph())
+    assert _snapshot(tmp_path) == before
+
+
+def test_overwrite_replaces_both_files_with_the_mode_open_gives(old_pair, tmp_path):
+    prefix, before = old_pair
+    umask = os.umask(0o027)
+    try:
+        symbolic.save_checkpoint(prefix, 0, *_other_graph())
+        assert os.umask(0o027) == 0o027  # the writer never changed the process umask
+    finally:
+        os.umask(umask)
+    after = _snapshot(tmp_path)
+    assert sorted(after) == sorted(before)
+    assert after["ok16-symbol.json"] != before["ok16-symbol.json"]
+    sym, arg_params, _ = symbolic.load_checkpoint(prefix, 0)
+    assert "act" in sym.tojson()
+    assert np.array_equal(arg_params["fc_weight"].asnumpy(), np.full((3, 4), 2.0, np.float32))
+    for name in after:
+        assert os.stat(tmp_path / name).st_mode & 0o777 == 0o666 & ~0o027, name
