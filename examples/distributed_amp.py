@@ -79,9 +79,10 @@ def _strip_wrapper_flags(argv):
 
 
 def launch(args, argv):
-    from mxmixed.distributed import DistributedRunError, run_local
+    from mxmixed.distributed import is_distributed
+    from mxmixed.testing import DistributedRunError, run_local
 
-    if not args.kvstore.startswith("dist"):
+    if not is_distributed(args.kvstore):
         raise ValueError("--launch-local needs a dist_* --kvstore")
     command = [sys.executable, os.path.abspath(__file__)] + _strip_wrapper_flags(argv)
     try:

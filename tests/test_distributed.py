@@ -27,8 +27,8 @@ import mxnet as mx
 from mxnet import gluon
 
 import mxmixed
-from mxmixed import distributed, launch
-from mxmixed.distributed import DistributedRunError, run_local
+from mxmixed import distributed, launch, testing
+from mxmixed.testing import DistributedRunError, run_local
 
 from conftest import ROOT, run_python
 
@@ -139,7 +139,7 @@ def test_rank0_alone_writes_the_checkpoint_atomically(dist, single):
 
 # ----------------------------------------------------------------------------- failures
 def _job_alive(token):
-    return distributed.job_processes(env={"MXMIXED_TEST_TOKEN": token})
+    return testing.job_processes(env={"MXMIXED_TEST_TOKEN": token})
 
 
 def _kill_session(proc):
@@ -236,12 +236,12 @@ def test_launch_entry_point_reads_the_launcher_but_not_the_programs_flags(argv, 
 
 
 def test_launch_command_goes_through_the_compatibility_entry_point():
-    cmd = distributed.launch_command(["python", "train.py", "--name", "a b"], 4, 2,
+    cmd = testing.launch_command(["python", "train.py", "--name", "a b"], 4, 2,
                                      launcher="ssh", python="py", hostfile="hosts")
     assert cmd == ["py", "-m", "mxmixed.launch", "--launcher", "ssh", "-n", "4", "-s", "2",
                    "-H", "hosts", "python", "train.py", "--name", "'a b'"]  # for its shell
     with pytest.raises(TypeError, match="list of arguments"):
-        distributed.launch_command("python train.py")
+        testing.launch_command("python train.py")
 
 
 def test_rank_and_workers_come_from_the_launchers_environment(monkeypatch):
