@@ -63,7 +63,6 @@ The optimizer is restored as saved (learning rate and schedule included), as
 ``Trainer.load_states`` does; only its class must match the trainer's.
 """
 import json
-import json
 import os
 import pickle
 import warnings
