@@ -120,7 +120,8 @@ def save(path, net, trainer=None, scaler=None, extra=None):
     net : mxnet.gluon.Block
         The network; all its parameters are saved, BatchNorm's running statistics included.
     trainer : mxnet.gluon.Trainer, optional
-        Its optimizer and optimizer states are saved through ``Trainer.save_states``.
+        Its optimizer and optimizer states are saved: the bytes ``Trainer.save_states``
+        would write, taken in memory.
     scaler : mxmixed.LossScaler, optional
         The loss scaler to save. By default the one :func:`mxmixed.init_trainer` attached to
         ``trainer``, if any.
@@ -184,7 +185,6 @@ def save(path, net, trainer=None, scaler=None, extra=None):
     if extra is not None:
         members.append((EXTRA, extra_bytes))
     _io.atomic_write(path, _archive(members))
-
 
 
 def _archive(members):
