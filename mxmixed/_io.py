@@ -37,7 +37,7 @@ import socket
 import threading
 import zlib
 
-__all__ = ["atomic_write", "atomic_write_group", "scratch_file", "sweep_stale"]
+__all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale"]
 
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
 
@@ -183,6 +183,31 @@ def _check_target(target):
         raise FileNotFoundError(2, "the folder %s does not exist" % folder, target)
     if os.path.isdir(target):
         raise IsADirectoryError(21, "it is a folder", target)
+
+
+def check_writable(paths):
+    """Check, before any expensive work, that :func:`atomic_write_group` could write ``paths``.
+
+    For each path: its folder exists, it is not a folder, a file can be created beside it (the
+    temporary file is removed at once), and an existing file there can be opened for writing
+    (an immutable file cannot, even by root). Nothing is changed.
+
+    Parameters
+    ----------
+    paths : list of str
+
+    Raises
+    ------
+    OSError
+        The first problem found (FileNotFoundError, IsADirectoryError, PermissionError ...),
+        with the path in its ``filename``.
+    """
+    for path in paths:
+        path = os.fspath(path)
+        _check_target(path)
+        _remove_quietly([_create(path)])
+        if os.path.lexists(path):
+            os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)))
 
 
 def _backup(target):

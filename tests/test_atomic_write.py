@@ -11,7 +11,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxmixed import symbolic
+from mxmixed import _io, symbolic
 
 
 def _pair(scale):
@@ -118,3 +118,21 @@ def test_overwrite_replaces_both_files_with_the_mode_open_gives(old_pair, tmp_pa
     assert np.array_equal(arg_params["fc_weight"].asnumpy(), np.full((3, 4), 2.0, np.float32))
     for name in after:
         assert os.stat(tmp_path / name).st_mode & 0o777 == 0o666 & ~0o027, name
+
+
+def test_check_writable_finds_an_immutable_or_missing_target_before_any_work(old_pair,
+                                                                              tmp_path):
+    prefix, before = old_pair
+    pair = symbolic.checkpoint_paths(prefix, 0)
+    _io.check_writable(pair)
+    with pytest.raises(FileNotFoundError):
+        _io.check_writable([str(tmp_path / "missing" / "x-symbol.json")])
+    with pytest.raises(IsADirectoryError):
+        _io.check_writable([str(tmp_path)])
+    if subprocess.run(["chattr", "+i", pair[1]], capture_output=True).returncode == 0:
+        try:
+            with pytest.raises(PermissionError):
+                _io.check_writable(pair)
+        finally:
+            subprocess.run(["chattr", "-i", pair[1]], capture_output=True)
+    assert _snapshot(tmp_path) == before
