@@ -20,7 +20,7 @@ def _cmd_info(args):
 
 
 def _cmd_demo(args):
-    from .demo import run_demo
+    from .tutorial.demo import run_demo
 
     if args.epochs < 1:
         raise CLIError("--epochs must be at least 1")

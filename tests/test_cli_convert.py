@@ -12,16 +12,14 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from mxmixed import cli, symbolic
-from mxmixed.data import digits_arrays, digits_loaders
-from mxmixed.fit import evaluate, fit
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_arrays, digits_cnn, digits_loaders, evaluate, fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """The digits CNN trained in float32 the notebooks' way (mxmixed.fit), then exported."""
+    """The digits CNN trained in float32 the notebooks' way (mxmixed.tutorial.fit), then exported."""
     folder = tmp_path_factory.mktemp("digits")
     train_loader, test_loader = digits_loaders(batch_size=64, seed=0)
     net = digits_cnn(seed=0, prefix="digits_")
