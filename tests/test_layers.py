@@ -28,3 +28,53 @@ def test_tutorial_names_left_the_top_level_namespace():
                                   text, train_precision)
 
     assert callable(fit) and hasattr(text, "train_language_model")
+
+
+def _lint_imports():
+    exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    if not os.path.exists(exe):
+        pytest.skip("import-linter is not installed (pip install -c constraints.txt -e .[test])")
+    return exe
+
+
+def test_import_linter_contracts_hold():
+    """`lint-imports` checks .importlinter: layers, mxmixed.tutorial and mxmixed.testing kept out
+    of the core, symbolic and diagnostics independent."""
+    proc = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "broken" not in proc.stdout.lower()
+
+
+def _importlinter_layers():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, ".importlinter"))
+    raw = config["importlinter:contract:layers"]["layers"]
+    layers = []
+    for line in raw.strip().splitlines():
+        parts = line.replace("|", ":").split(":")
+        layers.append([p.strip().strip("()") for p in parts if p.strip()])
+    return layers
+
+
+def test_mxmixed_info_shows_the_layers_that_import_linter_enforces():
+    from mxmixed.sysinfo import LAYERS
+
+    enforced = [sorted(set(layer) - {"__main__"}) for layer in _importlinter_layers()]
+    assert enforced == [sorted(modules) for _, modules in LAYERS]
+
+
+def test_no_module_over_450_lines():
+    package = os.path.join(ROOT, "mxmixed")
+    long = {}
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as handle:
+                    count = sum(1 for _ in handle)
+                if count > 450:
+                    long[os.path.relpath(path, ROOT)] = count
+    assert long == {}
