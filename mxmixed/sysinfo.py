@@ -16,9 +16,11 @@ LAYERS = (
     ("aside", ("tutorial", "testing")),
     ("faces", ("cli", "launch", "sysinfo", "run")),
     ("upper", ("symbolic", "diagnostics")),
-    ("training", ("training", "optim", "checkpoint", "distributed")),
+    ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
+                  "_ckpt_format")),
     ("numerics", ("emulation", "scaler")),
-    ("bottom", ("_state", "_io", "_graph", "_compat", "_version", "_progress")),
+    ("bottom", ("_state", "_io", "_graph", "_kvstore", "_finite", "_compat", "_version",
+                "_progress")),
 )
 """The layers of the package, top first: a module imports only from its layer and those below
 (``.importlinter`` enforces the same layers; ``import mxmixed`` loads nothing of 'aside')."""
