@@ -78,3 +78,38 @@ def test_no_module_over_450_lines():
                 if count > 450:
                     long[os.path.relpath(path, ROOT)] = count
     assert long == {}
+
+
+def _imports_inside_functions(path):
+    import ast
+
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    found = []
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                own = (isinstance(node, ast.ImportFrom)
+                       and (node.level > 0 or (node.module or "").startswith("mxmixed"))) or \
+                      (isinstance(node, ast.Import)
+                       and any(a.name.startswith("mxmixed") for a in node.names))
+                if own:
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_only_the_cli_imports_mxmixed_modules_inside_functions():
+    """Imports point down, so none has to hide in a function; the CLI's lazy loading of its
+    heavy subcommands (info, demo, convert) is the one exception, 3 imports at most."""
+    package = os.path.join(ROOT, "mxmixed")
+    found = {}
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                lines = _imports_inside_functions(path)
+                if lines:
+                    found[os.path.relpath(path, ROOT)] = lines
+    cli_lines = found.pop(os.path.join("mxmixed", "cli.py"), [])
+    assert found == {}
+    assert len(cli_lines) <= 3
