@@ -98,7 +98,7 @@ PACKAGE = "mxmixed"
 MODULE_ORDER = [
     "mxmixed", "mxmixed.training", "mxmixed.scaler", "mxmixed.optim", "mxmixed.checkpoint",
     "mxmixed.symbolic", "mxmixed.emulation", "mxmixed.graphpass", "mxmixed.emulated_ops",
-    "mxmixed.diagnostics", "mxmixed.data", "mxmixed.models", "mxmixed.fit", "mxmixed.demo",
+    "mxmixed.diagnostics", "mxmixed.tutorial",
     "mxmixed.cli", "mxmixed.sysinfo",
 ]
 
