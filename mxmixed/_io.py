@@ -21,7 +21,9 @@ A group write never destroys a good earlier group: every old target is first har
 backup name beside it (``.<name>.<pid>.<tag>.bak``; a copy where the filesystem has no hard
 links), the new files are renamed over the targets one by one, and if any step fails the
 targets already replaced are restored from their backups (or removed, where there was no
-earlier file). The backups are removed at the end, in every case.
+earlier file). The backups are removed at the end. Only if a rollback itself fails (a second
+fault) is a backup kept, and the error names it in a note; a later write to the same target
+sweeps it once this process has ended.
 
 .. note::
    Only a process killed *between* two renames of a group (a window of microseconds) can leave
@@ -261,17 +263,24 @@ def atomic_write_group(contents):
                 replaced.append(path)
             for folder in sorted({os.path.dirname(os.path.abspath(p)) for p, _ in contents}):
                 _fsync_folder(folder)
-        except BaseException:
-            _restore(replaced, backups)
+        except BaseException as err:
+            kept = _restore(replaced, backups)
             _remove_quietly(temps)
+            if kept and hasattr(err, "add_note"):
+                err.add_note("could not put back the earlier %s; its copy is kept at %s"
+                             % tuple(", ".join(x) for x in zip(*kept)))
             raise
         finally:
             _remove_quietly(b for b in backups.values() if b is not None)
 
 
 def _restore(replaced, backups):
-    """Put back the earlier files of the targets already replaced (rollback of a group)."""
-    failed = []
+    """Put back the earlier files of the targets already replaced (rollback of a group).
+
+    Returns the (target, backup) pairs that could not be put back; those backups are kept (they
+    are the only copy of the earlier files) and the caller names them.
+    """
+    kept = []
     for path in reversed(replaced):
         backup = backups.get(path)
         try:
@@ -281,10 +290,10 @@ def _restore(replaced, backups):
                 os.replace(backup, path)
                 backups[path] = None
         except OSError:
-            failed.append(path)
-    if failed:  # keep the backups of these: they are the only copy of the earlier files
-        for path in failed:
-            backups[path] = None
+            if backup is not None:
+                kept.append((path, backup))
+                backups[path] = None
+    return kept
 
 
 def atomic_write(path, content):

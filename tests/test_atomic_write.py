@@ -6,6 +6,7 @@ the earlier pair is left exactly as it was, and nothing else is left in the fold
 """
 import os
 import subprocess
+import threading
 
 import mxnet as mx
 import numpy as np
@@ -136,3 +137,46 @@ def test_check_writable_finds_an_immutable_or_missing_target_before_any_work(old
         finally:
             subprocess.run(["chattr", "-i", pair[1]], capture_output=True)
     assert _snapshot(tmp_path) == before
+
+
+def test_pair_written_from_a_worker_thread(old_pair, tmp_path):
+    # signal handlers can only be installed in the main thread: the writer must not try
+    prefix, _ = old_pair
+    errors = []
+
+    def write():
+        try:
+            symbolic.save_checkpoint(prefix, 0, *_other_graph())
+        except BaseException as err:  # noqa: B902 - reported below
+            errors.append(err)
+
+    worker = threading.Thread(target=write)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert "act" in symbolic.load_checkpoint(prefix, 0)[0].tojson()
+    assert sorted(os.listdir(tmp_path)) == ["ok16-0000.params", "ok16-symbol.json"]
+
+
+def test_failed_rollback_keeps_and_names_the_copy_of_the_earlier_file(old_pair, tmp_path,
+                                                                      monkeypatch):
+    prefix, before = old_pair
+    real_replace = os.replace
+    calls = []
+
+    def replace_only_once(src, dst):
+        calls.append(dst)
+        if len(calls) > 1:  # the second rename and the rollback's rename both fail
+            raise OSError(5, "Input/output error")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_only_once)
+    with pytest.raises(OSError) as info:
+        symbolic.save_checkpoint(prefix, 0, *_other_graph())
+    monkeypatch.undo()
+    note = " ".join(getattr(info.value, "__notes__", []))
+    assert "could not put back the earlier %s-symbol.json" % prefix in note
+    kept = note.rsplit(" ", 1)[-1]
+    assert open(kept, "rb").read() == before["ok16-symbol.json"]
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(kept), "ok16-0000.params",
+                                                   "ok16-symbol.json"])
