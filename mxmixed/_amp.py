@@ -100,26 +100,31 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     .. note::
        Call it before the net is hybridized and run. A second call with the same settings is a
        no-op; with other settings it raises, where MXNet would silently ignore it. After a
-       direct ``amp.init()`` with AMP's default lists, ``mxmixed.init()`` with the same target
-       and no lists is accepted and only adds the emulation.
+       direct ``amp.init()``, ``mxmixed.init()`` with the same target dtype and no op lists is
+       accepted and only adds the emulation (mxmixed can read the target AMP was given, not its
+       op lists); with op lists or another target it raises.
     """
     target = _check_target(target_dtype)
     settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
     mode = _emulation_mode(emulate, target)
     if amp_initialized():
-        if AMP.settings is None and settings[1:] == (None, None, None) \
-                and _direct_amp_target() in (None, target):
-            AMP.settings = settings  # a direct amp.init() with AMP's own lists: compatible
-            _LOG.info("mxmixed.init: accepting the amp.init() that already ran")
+        already = " with other settings %r" % (AMP.settings,)
+        if AMP.settings is None:  # a direct amp.init(): its target can be read, its lists not
+            direct = _direct_amp_target()
+            if direct not in (None, target):
+                already = " by amp.init(target_dtype=%r)" % direct
+            elif settings[1:] != (None, None, None):
+                already = " by amp.init(), whose op lists mxmixed cannot see"
+            else:
+                AMP.settings = settings
+                _LOG.info("mxmixed.init: accepting the amp.init() that already ran")
         if AMP.settings != settings:
             raise RuntimeError(
                 "AMP is already initialized%s and MXNet 1.9.1 cannot undo or redo it; call "
                 "mxmixed.init with the same settings (or alone, instead of amp.init), restart "
                 "the process, or use mxmixed.amp_scope for runs side by side. On a CPU, "
-                "%s makes float16 nets run under the AMP already in place" % (
-                    " by amp.init() with settings mxmixed cannot verify (custom op lists or "
-                    "another target)" if AMP.settings is None
-                    else " with other settings %r" % (AMP.settings,), EMULATION_HINT))
+                "%s makes float16 nets run under the AMP already in place"
+                % (already, EMULATION_HINT))
         if mode:
             emulation.enable(mode)
         return

@@ -182,6 +182,8 @@ def attach(trainer, scaler):
     old = handle_of(trainer)
     if old is not None and old.scaler is not None and old.scaler is not scaler:
         _ATTACHED.pop(old.scaler, None)
+        if AMP.loss_output_scaler is old.scaler and scaler is not None:
+            AMP.loss_output_scaler = scaler  # the replacement leads the loss-output ops now
     handle = TrainerHandle(trainer, scaler)
     setattr(trainer, ATTRIBUTE, handle)
     if scaler is not None:

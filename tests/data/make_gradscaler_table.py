@@ -40,13 +40,18 @@ CONFIGS = [
 ]
 
 
+# GradScaler.get_scale() returns init_scale as given until the first scale() call, while the
+# scale it applies is float32: init scales below are float32 numbers, so the two agree.
+_F32_1E38 = float(np.float32(1e38))
+_F32_1E_30 = float(np.float32(1e-30))
+
 # (name, config, overflows): each drives the scale to one end of the float32 range
 EXTREME_CASES = [
     ("top_growth4_from_2^126", {"init_scale": 2.0 ** 126, "growth_factor": 4.0,
                                 "backoff_factor": 0.5, "growth_interval": 1}, [False] * 6),
     ("top_growth2_from_2^120", {"init_scale": 2.0 ** 120, "growth_factor": 2.0,
                                 "backoff_factor": 0.5, "growth_interval": 1}, [False] * 12),
-    ("top_growth1.5_from_1e38", {"init_scale": 1e38, "growth_factor": 1.5,
+    ("top_growth1.5_from_1e38", {"init_scale": _F32_1E38, "growth_factor": 1.5,
                                  "backoff_factor": 0.5, "growth_interval": 1}, [False] * 8),
     ("top_growth1000_interval2", {"init_scale": 2.0 ** 16, "growth_factor": 1000.0,
                                   "backoff_factor": 0.5, "growth_interval": 2}, [False] * 40),
@@ -56,7 +61,7 @@ EXTREME_CASES = [
     ("bottom_halving_from_2^-120", {"init_scale": 2.0 ** -120, "growth_factor": 2.0,
                                     "backoff_factor": 0.5, "growth_interval": 1},
      [True] * 35 + [False] * 3),
-    ("bottom_backoff0.1_from_1e-30", {"init_scale": 1e-30, "growth_factor": 2.0,
+    ("bottom_backoff0.1_from_1e-30", {"init_scale": _F32_1E_30, "growth_factor": 2.0,
                                       "backoff_factor": 0.1, "growth_interval": 1},
      [True] * 20 + [False] * 2),
     ("bottom_long_overflow_run_from_2^16", {"init_scale": 2.0 ** 16, "growth_factor": 2.0,
