@@ -20,7 +20,7 @@ from mxnet.contrib import amp
 from . import emulation
 from ._state import AMP, amp_initialized, bfloat16_support
 
-__all__ = ["init", "amp_scope", "EMULATION_HINT"]
+__all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
 _LOG = logging.getLogger("mxmixed")
 _PATCHED_SUBMODULES = ("op", "_internal", "contrib", "linalg", "sparse", "image", "random")
@@ -61,9 +61,19 @@ def _emulation_mode(emulate, target):
     return "auto" if emulate == "auto" else "on"
 
 
-def _direct_amp_target():
-    """The target dtype of an ``amp.init`` mxmixed did not run, read from AMP's FullyConnected
-    wrapper (None when it cannot be told)."""
+def amp_target():
+    """The target dtype of the AMP in place: what :func:`init` was given, or else what a direct
+    ``amp.init`` gave AMP's FullyConnected wrapper.
+
+    Returns
+    -------
+    str or None
+        'float16', 'bfloat16', or None when AMP is not initialized (or it cannot be told).
+    """
+    if not amp_initialized():
+        return None
+    if AMP.settings is not None:
+        return AMP.settings[0]
     for cell in getattr(mx.nd.FullyConnected, "__closure__", None) or ():
         value = cell.cell_contents
         if isinstance(value, np.dtype) or getattr(value, "names", None) == ("bfloat16",):
@@ -107,10 +117,13 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target = _check_target(target_dtype)
     settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
     mode = _emulation_mode(emulate, target)
+    if AMP.scoped:
+        raise RuntimeError("mxmixed.init inside an amp_scope block: the scope undoes AMP when it "
+                           "ends; call mxmixed.init outside any scope (or use only the scope)")
     if amp_initialized():
         already = " with other settings %r" % (AMP.settings,)
         if AMP.settings is None:  # a direct amp.init(): its target can be read, its lists not
-            direct = _direct_amp_target()
+            direct = amp_target()
             if direct not in (None, target):
                 already = " by amp.init(target_dtype=%r)" % direct
             elif settings[1:] != (None, None, None):
@@ -185,6 +198,7 @@ def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
         try:
             amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
                      conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+            AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
             AMP.scoped += 1
             yield True
         finally:

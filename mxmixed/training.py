@@ -19,11 +19,11 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from . import emulation
-from ._amp import EMULATION_HINT, amp_scope, init
+from ._amp import EMULATION_HINT, amp_scope, amp_target, init
 from ._finite import param_grads
-from ._handle import (TrainerHandle, attach, attached_elsewhere, follow_linked_scaler,
-                      handle_of)
-from ._state import AMP, amp_initialized, gpu_visible
+from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
+                      follow_linked_scaler, handle_of)
+from ._state import amp_initialized, gpu_visible
 from .scaler import LossScaler
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
@@ -67,7 +67,7 @@ def _make_scaler(scaler):
 
 
 def _check_not_linked(trainer, replace):
-    existing = getattr(trainer, "_amp_loss_scaler", None)
+    existing = getattr(trainer, ATTRIBUTE, None)
     if replace or existing is None or (isinstance(existing, TrainerHandle)
                                        and existing.scaler is None):
         return
@@ -89,9 +89,7 @@ def _warn_precision(trainer):
                       "optimizer_params={..., 'multi_precision': True}, or with "
                       "mxmixed.multi_precision_trainer(net.collect_params(), ...)"
                       % (len(float16), float16[0]), stacklevel=3)
-    if amp_initialized() and AMP.settings is not None and AMP.settings[0] == "bfloat16":
-        return
-    if amp_initialized() and not emulation.emulation_active() and not gpu_visible():
+    if amp_target() == "float16" and not emulation.emulation_active() and not gpu_visible():
         warnings.warn("AMP is on but no GPU is visible and the CPU float16 emulation is off: "
                       "float16 FullyConnected/Convolution fail on MXNet's CPU build ('FP16 gemm "
                       "on cpu not implemented!'). Call %s (mxmixed.init() does it when no GPU "
@@ -152,6 +150,9 @@ def init_trainer(trainer, scaler="dynamic", replace=False):
         raise ValueError("this LossScaler is already attached to another Trainer; give each "
                          "Trainer its own (a GAN's generator and discriminator, say)")
     _warn_precision(trainer)
+    if handle_of(trainer) is None and hasattr(trainer, "_amp_original_scale"):
+        # replacing amp.init_trainer's scaler: amp.scale_loss left trainer._scale divided
+        trainer._scale = trainer._amp_original_scale
     attach(trainer, scaler)
     if amp_initialized():
         # SoftmaxOutput and MXNet's other loss-output ops scale their gradient by AMP's global

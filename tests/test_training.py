@@ -300,3 +300,10 @@ def test_softmax_output_gradient_follows_the_trainers_scaler():
         out.backward()
         probs = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
         np.testing.assert_allclose(data.grad.asnumpy()[0], (probs - [1, 0]) * 256, rtol=1e-3)
+
+
+def test_init_inside_a_scope_is_refused_because_the_scope_undoes_it():
+    with mxmixed.amp_scope():
+        with pytest.raises(RuntimeError, match="inside an amp_scope"):
+            mxmixed.init()
+    assert not mxmixed.amp_initialized()
