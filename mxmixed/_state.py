@@ -9,15 +9,34 @@ Every layer asks here; nothing above this module keeps its own copy of these fac
 """
 import mxnet as mx
 
-__all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible"]
+__all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
+           "bfloat16_support"]
+
+# what MXNet 1.9.1's bfloat16 ops need: oneDNN's avx512_core level (measured: with oneDNN capped
+# at AVX2 they fail with "could not create a primitive descriptor iterator"; capped at
+# avx512_core, without AVX512-BF16, they run, with bfloat16 arithmetic emulated by oneDNN)
+_AVX512_CORE = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 
 class _AmpState:
-    """What mxmixed asked of AMP: the settings of the last ``init`` and open ``amp_scope`` count."""
+    """What mxmixed asked of AMP.
+
+    Attributes
+    ----------
+    settings : tuple or None
+        ``(target, target_precision_ops, conditional_fp32_ops, fp32_ops)`` of the last
+        ``mxmixed.init`` (or of an ``amp.init`` it accepted).
+    scoped : int
+        How many ``amp_scope`` blocks are open.
+    loss_output_scaler : LossScaler or None
+        The scaler whose scale MXNet's loss-output ops (``SoftmaxOutput`` ...) use: the first
+        one attached to a Trainer after AMP's init.
+    """
 
     def __init__(self):
         self.settings = None
         self.scoped = 0
+        self.loss_output_scaler = None
 
 
 class _EmulationState:
@@ -68,3 +87,37 @@ def gpu_visible():
         return mx.context.num_gpus() > 0
     except mx.base.MXNetError:
         return False
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def bfloat16_support():
+    """Whether MXNet's bfloat16 AMP can run here, and why not.
+
+    MXNet 1.9.1 runs bfloat16 ops through oneDNN on the CPU. They need a build with oneDNN
+    (feature ``MKLDNN``) and a CPU with AVX-512 F, BW, VL and DQ (oneDNN's ``avx512_core``).
+    AVX512-BF16 is not needed: without it oneDNN emulates the bfloat16 arithmetic (slower).
+
+    Returns
+    -------
+    (bool, str)
+        Whether it can run, and a reason to show when it cannot ('' when it can; when the
+        CPU flags cannot be read, it is assumed to run).
+    """
+    if not mx.runtime.Features().is_enabled("MKLDNN"):
+        return False, "this MXNet build has no oneDNN (feature MKLDNN), which bfloat16 ops need"
+    flags = _cpu_flags()
+    missing = [f for f in _AVX512_CORE if flags is not None and f not in flags]
+    if missing:
+        return False, ("MXNet's bfloat16 ops (oneDNN) need a CPU with AVX-512 F/BW/VL/DQ, and "
+                       "this one lacks %s" % ", ".join(missing))
+    return True, ""

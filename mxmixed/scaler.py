@@ -1,21 +1,23 @@
 """A loss scaler you can see, configure, save and restore.
 
-MXNet 1.9.1's AMP scaler is private (``trainer._amp_loss_scaler``), hard-coded (2**16 to
+:class:`LossScaler` is pure bookkeeping: it holds the scale and moves it by the outcome of each
+step (:meth:`LossScaler.update`). It knows nothing of Gluon trainers; :func:`mxmixed.init_trainer`
+links one to a ``Trainer`` through a handle (``mxmixed._handle``) that checks the gradients and
+calls :meth:`~LossScaler.update`.
+
+MXNet 1.9.1's own AMP scaler is private (``trainer._amp_loss_scaler``), hard-coded (2**16 to
 start, x2 after 2000 clean steps, /2 on overflow), has no floor, counts no skipped steps, has no
-state to save, and applies a back-off one step late. :class:`LossScaler` speaks the same
-protocol as MXNet's (``loss_scale`` and ``has_overflow(params)``), so a Gluon ``Trainer`` skips
-overflowing steps with it exactly as with MXNet's own, and ``mxnet.contrib.amp.scale_loss`` works
-with it too.
+state to save, and applies a back-off one step late.
 """
 import math
 from collections import deque
 
 import numpy as np
 
-import mxnet as mx
-from mxnet import autograd
+__all__ = ["LossScaler", "LossScaleError", "SCALE_RANGE"]
 
-__all__ = ["LossScaler", "LossScaleError"]
+#: The scales a :class:`LossScaler` can hold: the positive normal float32 numbers.
+SCALE_RANGE = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
 
 
 class LossScaleError(FloatingPointError):
@@ -23,10 +25,11 @@ class LossScaleError(FloatingPointError):
 
 
 def _as_float32(value):
-    return float(np.float32(value))
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.float32(value))
 
 
-def _check_positive(name, value, allow_none=False):
+def _check_number(name, value, allow_none=False):
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -35,20 +38,75 @@ def _check_positive(name, value, allow_none=False):
         raise ValueError("%s must be positive and finite, got %r" % (name, value))
 
 
+def _check_scale(name, value):
+    _check_number(name, value)
+    low, high = SCALE_RANGE
+    if not low <= _as_float32(value) <= high:
+        raise ValueError("%s must be a normal float32 number, in [%g, %g], got %r"
+                         % (name, low, high, value))
+
+
+def _check_count(name, value, low=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError("%s must be a %s integer, got %r"
+                         % (name, "positive" if low == 1 else "non-negative", value))
+    return int(value)
+
+
+def _check_config(init_scale, growth_factor, backoff_factor, growth_interval, min_scale,
+                  max_scale, hysteresis, dynamic, history_size):
+    """Validate a configuration; return it normalized (floats, ints, bool)."""
+    _check_scale("init_scale", init_scale)
+    _check_number("growth_factor", growth_factor)
+    _check_number("backoff_factor", backoff_factor)
+    _check_number("min_scale", min_scale, allow_none=True)
+    _check_number("max_scale", max_scale, allow_none=True)
+    if growth_factor <= 1:
+        raise ValueError("growth_factor must be > 1, got %r" % (growth_factor,))
+    if not backoff_factor < 1:
+        raise ValueError("backoff_factor must lie in (0, 1), got %r" % (backoff_factor,))
+    counts = [_check_count(name, value) for name, value in (
+        ("growth_interval", growth_interval), ("hysteresis", hysteresis),
+        ("history_size", history_size))]
+    if min_scale is not None and max_scale is not None and min_scale > max_scale:
+        raise ValueError("min_scale %r exceeds max_scale %r" % (min_scale, max_scale))
+    # compared as float32, as the scale is kept: a scale backed off to min_scale=1000.3 is
+    # float32(1000.3), a little below 1000.3, and must still load
+    if dynamic and min_scale is not None and _as_float32(init_scale) < _as_float32(min_scale):
+        raise ValueError("init_scale %r is below min_scale %r" % (init_scale, min_scale))
+    if dynamic and max_scale is not None and _as_float32(init_scale) > _as_float32(max_scale):
+        raise ValueError("init_scale %r is above max_scale %r" % (init_scale, max_scale))
+    return {"growth_factor": float(growth_factor), "backoff_factor": float(backoff_factor),
+            "growth_interval": counts[0], "hysteresis": counts[1], "history_size": counts[2],
+            "min_scale": None if min_scale is None else float(min_scale),
+            "max_scale": None if max_scale is None else float(max_scale),
+            "dynamic": bool(dynamic)}
+
+
 class LossScaler:
     """Dynamic or static loss scaling for float16 training.
 
+    The scale is kept in float32, as PyTorch keeps it, and always stays a positive normal
+    float32 number (:data:`SCALE_RANGE`, about 1.2e-38 to 3.4e38): it never becomes 0, a
+    subnormal or inf, so ``1 / scale`` is finite too.
+
     .. note::
-       A back-off takes effect on the very next step, as in PyTorch and apex. MXNet 1.9.1's own
-       scaler uses the old scale for one more step. With ``min_scale=None``, ``max_scale=None``
-       and ``hysteresis=1`` the sequence of scales and skipped steps equals
-       ``torch.amp.GradScaler``'s for the same parameters; the scale is kept in float32, as
-       PyTorch keeps it.
+       With ``min_scale=None``, ``max_scale=None`` and ``hysteresis=1`` the scales and skipped
+       steps equal ``torch.amp.GradScaler``'s for the same parameters, including at the top:
+       like GradScaler (``_amp_update_scale_cpu_``), a growth whose float32 result would be inf
+       is not applied (the scale stays, the clean-step count restarts). At the bottom mxmixed
+       stops where GradScaler does not: GradScaler multiplies by ``backoff_factor`` down through
+       the subnormals to 0 (after about 150 back-offs in a row at 0.5), and a scale of 0 never
+       recovers (0 times ``growth_factor`` is 0) and turns the unscaled gradients into NaN. Here
+       a back-off whose float32 result would fall below the smallest normal float32 (2**-126)
+       is not applied, the mirror of GradScaler's rule at the top. A back-off is otherwise
+       applied on the very next step, as in PyTorch and apex; MXNet 1.9.1's own scaler uses the
+       old scale for one more step.
 
     Parameters
     ----------
     init_scale : float, default 2**16
-        The first scale.
+        The first scale (a normal float32 number).
     growth_factor : float, default 2.0
         Multiplier after ``growth_interval`` clean steps in a row (must be > 1).
     backoff_factor : float, default 0.5
@@ -57,9 +115,11 @@ class LossScaler:
         Clean steps before growing.
     min_scale : float or None, default 1.0
         Floor of the scale (as in Keras and DeepSpeed). An overflow while the scale is at the
-        floor raises :class:`LossScaleError`. None: no floor, as in PyTorch and MXNet.
+        floor raises :class:`LossScaleError` (from the Trainer's overflow check). None: no floor
+        beyond the float32 range, as in PyTorch and MXNet.
     max_scale : float or None, default 2**24
-        Ceiling of the scale (MXNet's). None: no ceiling, as in PyTorch.
+        Ceiling of the scale (MXNet's). None: no ceiling beyond the float32 range, as in
+        PyTorch.
     hysteresis : int, default 1
         Back off only on the ``hysteresis``-th overflow since the last back-off or growth
         (DeepSpeed's hysteresis, without its consecutive option). Every overflowing step is
@@ -75,40 +135,16 @@ class LossScaler:
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, min_scale=1.0, max_scale=2.0 ** 24, hysteresis=1,
                  dynamic=True, history_size=10000):
-        _check_positive("init_scale", init_scale)
-        _check_positive("growth_factor", growth_factor)
-        _check_positive("backoff_factor", backoff_factor)
-        _check_positive("min_scale", min_scale, allow_none=True)
-        _check_positive("max_scale", max_scale, allow_none=True)
-        if growth_factor <= 1:
-            raise ValueError("growth_factor must be > 1, got %r" % (growth_factor,))
-        if not backoff_factor < 1:
-            raise ValueError("backoff_factor must lie in (0, 1), got %r" % (backoff_factor,))
-        for name, value in (("growth_interval", growth_interval), ("hysteresis", hysteresis),
-                            ("history_size", history_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError("%s must be a positive integer, got %r" % (name, value))
-        if min_scale is not None and max_scale is not None and min_scale > max_scale:
-            raise ValueError("min_scale %r exceeds max_scale %r" % (min_scale, max_scale))
-        if dynamic and min_scale is not None and init_scale < min_scale:
-            raise ValueError("init_scale %r is below min_scale %r" % (init_scale, min_scale))
-        if dynamic and max_scale is not None and init_scale > max_scale:
-            raise ValueError("init_scale %r is above max_scale %r" % (init_scale, max_scale))
-        self.growth_factor = float(growth_factor)
-        self.backoff_factor = float(backoff_factor)
-        self.growth_interval = int(growth_interval)
-        self.min_scale = None if min_scale is None else float(min_scale)
-        self.max_scale = None if max_scale is None else float(max_scale)
-        self.hysteresis = int(hysteresis)
-        self.dynamic = bool(dynamic)
+        config = _check_config(init_scale, growth_factor, backoff_factor, growth_interval,
+                               min_scale, max_scale, hysteresis, dynamic, history_size)
         self._scale = _as_float32(init_scale)
+        self._history = deque(maxlen=config.pop("history_size"))
+        self.__dict__.update(config)
         self._growth_tracker = 0
         self._overflows = 0
         self._steps = 0
         self._skipped = 0
         self._last_skipped = False
-        self._history = deque(maxlen=int(history_size))
-        self._mirror = None
 
     @classmethod
     def static(cls, scale):
@@ -147,6 +183,14 @@ class LossScaler:
         return self._last_skipped
 
     @property
+    def at_floor(self):
+        """bool: whether an overflow now can back off no further, by ``min_scale``.
+
+        The Trainer's overflow check raises :class:`LossScaleError` on an overflow in this state.
+        """
+        return self.dynamic and self.min_scale is not None and self._scale <= self.min_scale
+
+    @property
     def history(self):
         """list of (step, loss_scale, overflow): the scale each recent step used."""
         return list(self._history)
@@ -156,39 +200,14 @@ class LossScaler:
         return ("LossScaler(%s, loss_scale=%g, steps=%d, skipped_steps=%d)"
                 % (kind, self._scale, self._steps, self._skipped))
 
-    # -- the protocol MXNet's Trainer calls
-    def has_overflow(self, params):
-        """Check the gradients of ``params`` for inf/NaN and update the scale.
-
-        Gluon's ``Trainer`` calls this before every update and skips the update when it
-        returns True.
-
-        Parameters
-        ----------
-        params : list of mxnet.gluon.Parameter
-            The trainer's parameters.
-
-        Returns
-        -------
-        bool
-            Whether the step must be skipped.
-        """
-        grads = [g for p in params if p.grad_req != "null" and p._grad is not None
-                 for g in p.list_grad()]
-        overflow = not _all_finite(grads)
-        if overflow and self.dynamic and self.min_scale is not None \
-                and self._scale <= self.min_scale:
-            raise LossScaleError(_overflow_message(params, self._scale))
-        self.update(overflow)
-        return overflow
-
+    # -- the policy
     def update(self, overflow):
         """Record one step's outcome and move the scale as the policy says.
 
         Parameters
         ----------
         overflow : bool
-            Whether the step's gradients held inf or NaN.
+            Whether the step's gradients held inf or NaN (the step is skipped).
         """
         self._history.append((self._steps, self._scale, bool(overflow)))
         self._steps += 1
@@ -205,7 +224,7 @@ class LossScaler:
                 scale = self._scale * self.backoff_factor
                 if self.min_scale is not None:
                     scale = max(scale, self.min_scale)
-                self._scale = _as_float32(scale)
+                self._move_to(scale)
         else:
             self._growth_tracker += 1
             if self._growth_tracker == self.growth_interval:
@@ -214,17 +233,18 @@ class LossScaler:
                 scale = self._scale * self.growth_factor
                 if self.max_scale is not None:
                     scale = min(scale, self.max_scale)
-                self._scale = _as_float32(scale)
-        self._sync_mirror()
+                self._move_to(scale)
 
-    def _sync_mirror(self):
-        # MXNet's loss-output ops (SoftmaxOutput ...) read AMP's global scaler; keep it equal.
-        if self._mirror is not None:
-            self._mirror._loss_scale = self._mirror._next_loss_scale = self._scale
+    def _move_to(self, scale):
+        # GradScaler's rule at the top, mirrored at the bottom: a move that leaves the normal
+        # float32 numbers is not applied.
+        scale = _as_float32(scale)
+        if SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+            self._scale = scale
 
     # -- saving and restoring
     def state_dict(self):
-        """The scaler's state and configuration, as plain Python values.
+        """The scaler's state and configuration, as plain Python values (JSON-safe).
 
         Returns
         -------
@@ -241,57 +261,34 @@ class LossScaler:
                            "dynamic": self.dynamic}}
 
     def load_state_dict(self, state):
-        """Restore a state from :meth:`state_dict`.
+        """Restore a state from :meth:`state_dict`, in place.
+
+        The scaler stays the same object, so a Trainer it is attached to uses the restored scale
+        from its next step on. Nothing changes when the state is refused.
 
         Parameters
         ----------
         state : dict
-            As returned by :meth:`state_dict`.
+            As returned by :meth:`state_dict` (also after a JSON round trip).
+
+        Raises
+        ------
+        ValueError
+            For a dict that is not a LossScaler state, or one with invalid values.
         """
-        mirror, attached = self._mirror, getattr(self, "_attached", False)
         try:
-            config = state["config"]
-            self.__init__(init_scale=state["loss_scale"],
-                          history_size=state["history_size"], **config)
-            self._growth_tracker = int(state["growth_tracker"])
-            self._overflows = int(state["overflows"])
-            self._steps = int(state["steps"])
-            self._skipped = int(state["skipped"])
-            self._last_skipped = bool(state["last_skipped"])
-            self._history.extend(tuple(h) for h in state["history"])
+            config = _check_config(state["loss_scale"], history_size=state["history_size"],
+                                   **state["config"])
+            counters = {name: _check_count(name, state[key], low=0) for name, key in (
+                ("_growth_tracker", "growth_tracker"), ("_overflows", "overflows"),
+                ("_steps", "steps"), ("_skipped", "skipped"))}
+            history = [(int(step), float(scale), bool(overflow))
+                       for step, scale, overflow in state["history"]]
+            last_skipped = bool(state["last_skipped"])
         except (KeyError, TypeError) as err:
             raise ValueError("not a LossScaler state: missing or bad entry %s" % err) from None
-        finally:
-            self._mirror, self._attached = mirror, attached
-        self._sync_mirror()
-
-
-def _all_finite(grads):
-    if not grads:
-        return True
-    groups = {}
-    for grad in grads:  # multi_all_finite needs one dtype; BatchNorm stays float32 in a float16 net
-        groups.setdefault((grad.dtype, grad.context), []).append(grad)
-    with autograd.pause():
-        flags = []
-        for (_, ctx), group in groups.items():
-            ok = mx.nd.ones((1,), ctx=ctx)
-            for start in range(0, len(group), 200):
-                chunk = group[start:start + 200]
-                mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
-            flags.append(ok)
-        return all(bool(flag.asscalar()) for flag in flags)
-
-
-def _overflow_message(params, scale):
-    # Imported here: mxmixed.diagnostics imports mxmixed.training, which imports this module.
-    from .diagnostics import nonfinite_gradients
-
-    found = nonfinite_gradients(params)
-    if not found:
-        return ("gradients overflow even at the minimum loss scale %g (no parameter gradient "
-                "holds inf/NaN any more; the check raced with an update)" % scale)
-    return ("gradients overflow even at the minimum loss scale %g: %s. Try keeping that layer "
-            "in float32 (mxmixed.diagnostics.keep_in_float32, or an exclusion), lowering the "
-            "learning rate, clipping the unscaled gradients, or check the input data for "
-            "inf/NaN." % (scale, found.describe()))
+        self._history = deque(history, maxlen=config.pop("history_size"))
+        self.__dict__.update(config)
+        self.__dict__.update(counters)
+        self._scale = _as_float32(state["loss_scale"])
+        self._last_skipped = last_skipped

@@ -4,16 +4,12 @@
 Call them where you would call ``mxnet.contrib.amp``. They add what MXNet 1.9.1's AMP lacks: a
 loss scaler you can read and save (:class:`~mxmixed.scaler.LossScaler`), a check of
 ``update_on_kvstore``, clipping on the true gradients, a scope that undoes AMP's patches, and
-CPU float16 emulation where no GPU is present.
+CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler by one handle
+object (``mxmixed._handle``), stored under ``trainer._amp_loss_scaler``.
 
-.. note::
-   ``mxnet.contrib.amp.init`` patches MXNet's operator functions for the whole process and cannot
-   be undone. :func:`init` keeps that behaviour (it is what users of ``amp.init`` expect);
-   :func:`amp_scope` is the undoable form.
+:func:`init` and :func:`amp_scope` live in ``mxmixed._amp`` and are re-exported here.
 """
 import contextlib
-import gc
-import logging
 import math
 import warnings
 
@@ -21,181 +17,28 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import autograd, gluon
-from mxnet.contrib import amp
 
 from . import emulation
+from ._amp import EMULATION_HINT, amp_scope, amp_target, init
+from ._finite import param_grads
+from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
+                      follow_linked_scaler, handle_of)
+from ._state import amp_initialized, gpu_visible
 from .scaler import LossScaler
-from .sysinfo import cpu_has_avx512_bf16
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
-           "clip_global_norm", "step", "amp_initialized"]
-
-_LOG = logging.getLogger("mxmixed")
-_INIT = {"settings": None, "scoped": 0}
-_PATCHED_SUBMODULES = ("op", "_internal", "contrib", "linalg", "sparse", "image", "random")
+           "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
 
 
-def amp_initialized():
-    """Whether AMP's patches are in place (from :func:`init`, ``amp.init`` or a scope).
-
-    Returns
-    -------
-    bool
-    """
-    return bool(amp.amp._amp_initialized)
-
-
-def _check_target(target_dtype):
-    name = np.dtype(target_dtype).name if target_dtype != "bfloat16" else "bfloat16"
-    if name not in ("float16", "bfloat16"):
-        raise ValueError("target_dtype must be 'float16' or 'bfloat16', got %r" % (target_dtype,))
-    if name == "bfloat16" and not cpu_has_avx512_bf16():
-        raise RuntimeError("target_dtype='bfloat16' needs a CPU with AVX512-BF16 for MXNet's "
-                           "bfloat16 AMP, and this CPU has none (see `mxmixed info`); use "
-                           "target_dtype='float16' (emulated on CPU, native on a GPU)")
-    if mx.util.is_np_array() or mx.util.is_np_shape():
-        raise RuntimeError("NumPy mode (npx.set_np) is on: MXNet 1.9's AMP patches nothing "
-                           "there and the net would silently stay float32; call "
-                           "mxmixed.init before npx.set_np, or run without NumPy mode")
-    return name
-
-
-def _warn_hybridized_blocks():
-    for obj in gc.get_objects():
-        if isinstance(obj, gluon.HybridBlock) and getattr(obj, "_cached_op", None) is not None:
-            warnings.warn("HybridBlock '%s' was hybridized and run before AMP was initialized: "
-                          "its cached graph stays float32. Call its hybridize() again (or build "
-                          "it after mxmixed.init)." % obj.name, stacklevel=3)
-
-
-def _emulation_mode(emulate, target):
-    if emulate not in ("auto", True, False):
-        raise ValueError("emulate must be 'auto', True or False, got %r" % (emulate,))
-    if target != "float16" or emulate is False:
-        return None
-    return "auto" if emulate == "auto" else "on"
-
-
-def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-         fp32_ops=None, emulate="auto"):
-    """Initialize AMP for the whole process, with CPU float16 emulation where needed.
-
-    A thin wrapper of ``mxnet.contrib.amp.init`` that also switches on the emulation (when no
-    GPU is visible, by default), warns about blocks hybridized too early, and refuses settings
-    that would silently do nothing.
-
-    Parameters
-    ----------
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
-        The low precision type.
-    target_precision_ops, conditional_fp32_ops, fp32_ops : list, optional
-        Op-list overrides, exactly as ``amp.init`` takes them: each list *replaces* AMP's own
-        (``fp32_ops=['FullyConnected']`` drops softmax and the rest from the float32 list).
-        :func:`mxmixed.diagnostics.keep_in_float32` builds lists that extend AMP's instead.
-    emulate : {'auto', True, False}, default 'auto'
-        CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
-        contexts), False never.
-
-    Raises
-    ------
-    RuntimeError
-        For bfloat16 on a CPU without AVX512-BF16, in NumPy mode, or when AMP was already
-        initialized with other settings (MXNet cannot redo it).
-
-    .. note::
-       Call it before the net is hybridized and run. A second call with the same settings is a
-       no-op; with other settings it raises, where MXNet would silently ignore it.
-    """
-    target = _check_target(target_dtype)
-    settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
-    mode = _emulation_mode(emulate, target)
-    if amp_initialized():
-        if _INIT["settings"] == settings:
-            _LOG.info("mxmixed.init: AMP is already initialized with these settings")
-            if mode:
-                emulation.enable(mode)
-            return
-        raise RuntimeError("AMP is already initialized%s and MXNet 1.9.1 cannot undo or redo "
-                           "it; restart the process, or use mxmixed.amp_scope for runs side by "
-                           "side" % ("" if _INIT["settings"] is None
-                                     else " with other settings %r" % (_INIT["settings"],)))
-    _warn_hybridized_blocks()
-    if mode:
-        emulation.enable(mode)
-    amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-             conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
-    _INIT["settings"] = settings
-
-
-def _patched_modules():
-    modules = []
-    for root in (mx.ndarray, mx.symbol):
-        modules.append(root)
-        modules += [getattr(root, name) for name in _PATCHED_SUBMODULES if hasattr(root, name)]
-    return modules
-
-
-@contextlib.contextmanager
-def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
-              conditional_fp32_ops=None, fp32_ops=None, emulate="auto"):
-    """Apply AMP inside a ``with`` block and restore MXNet's functions on exit.
-
-    With ``enabled=False`` the same code runs in plain float32. A float32 run and an AMP run
-    can then sit side by side in one process, which ``amp.init`` alone does not allow.
-
-    Parameters
-    ----------
-    enabled : bool, default True
-        Whether to apply AMP at all.
-    target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate
-        As in :func:`init`.
-
-    Yields
-    ------
-    bool
-        Whether AMP is active inside the block.
-
-    .. note::
-       Build and hybridize the nets of an AMP run inside the scope: a block keeps the graph it
-       cached, so a block hybridized inside stays mixed precision afterwards, and one cached
-       before stays float32. Scopes cannot be used after a process-wide :func:`init`.
-    """
-    if not enabled:
-        yield False
-        return
-    target = _check_target(target_dtype)
-    if amp_initialized():
-        raise RuntimeError("AMP is already initialized for the whole process (mxmixed.init or "
-                           "amp.init), so amp_scope cannot apply and undo it; use one or the "
-                           "other")
-    mode = _emulation_mode(emulate, target)
-    with emulation.emulated(mode) if mode else contextlib.nullcontext():
-        snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
-        saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-                 amp.amp._loss_scaler, _INIT["settings"])
-        try:
-            amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                     conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
-            _INIT["scoped"] += 1
-            yield True
-        finally:
-            for module, before in snapshot:
-                now = vars(module)
-                for name in [n for n in now if n not in before]:
-                    delattr(module, name)
-                for name, value in before.items():
-                    if now.get(name) is not value:
-                        setattr(module, name, value)
-            (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-             amp.amp._loss_scaler, _INIT["settings"]) = saved
-            _INIT["scoped"] -= 1
+def _kvstore_name(trainer):
+    kvstore = trainer._kvstore_params.get("kvstore")
+    return (kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")) or ""
 
 
 def _ensure_local_updates(trainer):
     config = trainer._kvstore_params
-    kvstore = config.get("kvstore")
-    name = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
-    if "async" in (name or ""):
+    name = _kvstore_name(trainer)
+    if "async" in name:
         raise ValueError("kvstore '%s' updates on the server, before any overflow check; loss "
                          "scaling needs a synchronous kvstore with update_on_kvstore=False" % name)
     if trainer._kv_initialized:
@@ -213,9 +56,6 @@ def _ensure_local_updates(trainer):
 
 def _make_scaler(scaler):
     if isinstance(scaler, LossScaler):
-        if getattr(scaler, "_attached", False):
-            raise ValueError("this LossScaler is already attached to another Trainer; give each "
-                             "Trainer its own (a GAN's generator and discriminator, say)")
         return scaler
     if isinstance(scaler, str):
         if scaler != "dynamic":
@@ -226,7 +66,37 @@ def _make_scaler(scaler):
     raise TypeError("scaler must be 'dynamic', a number or a LossScaler, got %r" % (scaler,))
 
 
-def init_trainer(trainer, scaler="dynamic"):
+def _check_not_linked(trainer, replace):
+    existing = getattr(trainer, ATTRIBUTE, None)
+    if replace or existing is None or (isinstance(existing, TrainerHandle)
+                                       and existing.scaler is None):
+        return
+    if isinstance(existing, TrainerHandle):
+        raise ValueError("init_trainer was already called on this Trainer (its scaler: %r); a "
+                         "second call would drop that scaler and its scale. To change the "
+                         "scale, use mxmixed.loss_scaler(trainer).load_state_dict(...); to "
+                         "replace the scaler on purpose, pass replace=True" % existing.scaler)
+    raise ValueError("this Trainer already has MXNet's own AMP loss scaler (amp.init_trainer); "
+                     "pass replace=True to replace it with an mxmixed LossScaler")
+
+
+def _warn_precision(trainer):
+    float16 = [p.name for p in trainer._params if np.dtype(p.dtype) == np.float16]
+    if float16 and not getattr(trainer._optimizer, "multi_precision", False):
+        warnings.warn("the Trainer updates %d float16 parameters (%s ...) in float16, without "
+                      "float32 master weights: an update smaller than half a float16 step "
+                      "(about 1/2048 of the weight) is rounded away. Create it with "
+                      "optimizer_params={..., 'multi_precision': True}, or with "
+                      "mxmixed.multi_precision_trainer(net.collect_params(), ...)"
+                      % (len(float16), float16[0]), stacklevel=3)
+    if amp_target() == "float16" and not emulation.emulation_active() and not gpu_visible():
+        warnings.warn("AMP is on but no GPU is visible and the CPU float16 emulation is off: "
+                      "float16 FullyConnected/Convolution fail on MXNet's CPU build ('FP16 gemm "
+                      "on cpu not implemented!'). Call %s (mxmixed.init() does it when no GPU "
+                      "is visible) before building the net" % EMULATION_HINT, stacklevel=3)
+
+
+def init_trainer(trainer, scaler="dynamic", replace=False):
     """Attach a loss scaler to a Gluon Trainer and make it safe for mixed precision.
 
     Works after :func:`init` / :func:`amp_scope` (AMP) and for ``net.cast('float16')`` nets
@@ -239,6 +109,9 @@ def init_trainer(trainer, scaler="dynamic"):
         The trainer; not an Optimizer.
     scaler : {'dynamic'} or float or LossScaler, default 'dynamic'
         Dynamic scaling with MXNet's constants, a static scale (e.g. 128), or your own scaler.
+    replace : bool, default False
+        Replace a scaler attached before (by this function or ``amp.init_trainer``). Without
+        it a second call raises, because it would silently reset the scale.
 
     Returns
     -------
@@ -251,7 +124,14 @@ def init_trainer(trainer, scaler="dynamic"):
         For an Optimizer or anything else that is not a Gluon Trainer.
     ValueError
         For ``update_on_kvstore=True``, an asynchronous kvstore, a net with nothing to scale
-        (all float32 and no AMP), or a bad scale.
+        (all float32 and no AMP), a bad scale, a scaler attached to another Trainer, or a
+        second call without ``replace=True``.
+
+    Warns
+    -----
+    UserWarning
+        For float16 parameters without ``multi_precision`` (small updates are lost), and for
+        AMP on a CPU without the emulation (float16 GEMMs fail).
     """
     if isinstance(trainer, mx.optimizer.Optimizer):
         raise TypeError("init_trainer needs a gluon.Trainer, got an Optimizer (%s); wrap it: "
@@ -259,23 +139,25 @@ def init_trainer(trainer, scaler="dynamic"):
                         % type(trainer).__name__)
     if not isinstance(trainer, gluon.Trainer):
         raise TypeError("init_trainer needs a gluon.Trainer, got %s" % type(trainer).__name__)
+    _check_not_linked(trainer, replace)
     if not amp_initialized() and not any(np.dtype(p.dtype) == np.float16 for p in trainer._params):
         raise ValueError("nothing to scale: the Trainer's parameters are all float32 and AMP is "
                          "not initialized; call mxmixed.init() (or use amp_scope) before building "
                          "the net, or cast it with net.cast('float16')")
     _ensure_local_updates(trainer)
     scaler = _make_scaler(scaler)
-    scaler._attached = True
-    trainer._amp_loss_scaler = scaler
-    trainer._amp_original_scale = trainer._scale
-    global_scaler = amp.amp._loss_scaler
-    if amp_initialized() and global_scaler is not None and \
-            not getattr(global_scaler, "_mxmixed_linked", False):
+    if attached_elsewhere(scaler, trainer):
+        raise ValueError("this LossScaler is already attached to another Trainer; give each "
+                         "Trainer its own (a GAN's generator and discriminator, say)")
+    _warn_precision(trainer)
+    if handle_of(trainer) is None and hasattr(trainer, "_amp_original_scale"):
+        # replacing amp.init_trainer's scaler: amp.scale_loss left trainer._scale divided
+        trainer._scale = trainer._amp_original_scale
+    attach(trainer, scaler)
+    if amp_initialized():
         # SoftmaxOutput and MXNet's other loss-output ops scale their gradient by AMP's global
-        # scaler; the first trainer's scaler keeps it in step.
-        global_scaler._mxmixed_linked = True
-        scaler._mirror = global_scaler
-        scaler._sync_mirror()
+        # scaler; it reads the first attached scaler's scale from now on.
+        follow_linked_scaler(scaler)
     return scaler
 
 
@@ -290,62 +172,89 @@ def loss_scaler(trainer):
     -------
     LossScaler
     """
-    scaler = getattr(trainer, "_amp_loss_scaler", None)
-    if not isinstance(scaler, LossScaler):
+    handle = handle_of(trainer)
+    if handle is None or handle.scaler is None:
         raise ValueError("this Trainer has no mxmixed LossScaler; call mxmixed.init_trainer "
                          "(trainer) first")
-    return scaler
+    return handle.scaler
 
 
 @contextlib.contextmanager
 def scale_loss(loss, trainer):
     """Scale a loss (or a list of losses) for backward, as ``amp.scale_loss`` does.
 
-    Use it inside ``autograd.record()``, so that the scaling is part of the recorded graph.
+    Use it inside ``autograd.record()``, so that the scaling is part of the recorded graph. The
+    scale is read from the Trainer's :class:`LossScaler` now; the next update divides by it.
 
     Parameters
     ----------
     loss : mxnet.nd.NDArray or list of NDArray
         The loss(es).
     trainer : mxnet.gluon.Trainer
-        A trainer prepared by :func:`init_trainer`; its scale is used and ``step`` unscales.
+        A trainer prepared by :func:`init_trainer`.
 
     Yields
     ------
     NDArray or list of NDArray
         The scaled loss(es), to call ``backward`` on.
     """
-    scaler = loss_scaler(trainer)
-    scale = scaler.loss_scale
-    trainer._scale = trainer._amp_original_scale / scale
+    scale = loss_scaler(trainer).loss_scale
+    handle_of(trainer).begin_step(grad_scale=scale)
     if isinstance(loss, (list, tuple)):
         yield [l * scale for l in loss]
     else:
         yield loss * scale
 
 
-def _grads(trainer, first_copy_only=False):
-    return [g for p in trainer._params if p.grad_req != "null" and p._grad is not None
-            for g in (p.list_grad()[:1] if first_copy_only else p.list_grad())]
-
-
-def _is_dist(trainer):
-    kvstore = trainer._kvstore_params.get("kvstore")
-    name = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "") or ""
-    return "dist" in name
-
-
 def _reduces(trainer):
     """Whether gradients are summed across devices or workers before the update."""
-    return len(trainer._contexts) > 1 or _is_dist(trainer)
+    return len(trainer._contexts) > 1 or "dist" in _kvstore_name(trainer)
+
+
+def init_kvstore(trainer):
+    """Create the Trainer's kvstore now and give every worker rank 0's initial parameters.
+
+    Gluon creates the kvstore lazily, in the first ``step``, where MXNet 1.9.1 does not order the
+    broadcast of rank 0's weights before the first gradient push; with
+    ``update_on_kvstore=False`` a late pull can write summed gradients into a worker's weights.
+    This does the broadcast first and waits for it. :func:`step` and :func:`clip_global_norm`
+    call it under a distributed kvstore; ``mxmixed.distributed.init_kvstore`` is this function.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+        With initialized parameters of known shapes (run one forward pass first for deferred
+        shapes). Any kvstore works; for a non-distributed one this only creates it early.
+
+    Returns
+    -------
+    mxnet.kvstore.KVStore or None
+
+    Raises
+    ------
+    ValueError
+        When parameters still have deferred shapes.
+    """
+    if not trainer._kv_initialized:
+        deferred = [p.name for p in trainer._params if p._deferred_init]
+        if deferred:
+            raise ValueError("parameters %s have deferred shapes; run one forward pass before "
+                             "init_kvstore" % ", ".join(deferred[:3]))
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    if trainer._params_to_init:
+        raise ValueError("parameters %s have deferred shapes; run one forward pass before "
+                         "init_kvstore" % ", ".join(p.name for p in trainer._params_to_init[:3]))
+    for param in trainer._params:
+        for data in param.list_data():
+            data.wait_to_read()
+    return trainer._kvstore
 
 
 def _ready_kvstore(trainer):
-    # Gluon would broadcast rank 0's weights inside the first step, racing the first gradient
-    # push (see mxmixed.distributed.init_kvstore); do the broadcast first.
-    if _is_dist(trainer) and (not trainer._kv_initialized or trainer._params_to_init):
-        from .distributed import init_kvstore
-
+    if "dist" in _kvstore_name(trainer) and (not trainer._kv_initialized
+                                             or trainer._params_to_init):
         init_kvstore(trainer)
 
 
@@ -361,34 +270,58 @@ def unscale(trainer):
     ----------
     trainer : mxnet.gluon.Trainer
     """
-    scaler = loss_scaler(trainer)
-    factor = trainer._scale / trainer._amp_original_scale
-    if factor == 1.0:
-        return
+    loss_scaler(trainer)
+    handle = handle_of(trainer)
+    factor = 1.0 / handle.gradient_scale
+    if factor != 1.0:
+        with autograd.pause():
+            for grad in param_grads(trainer._params):
+                grad[:] = grad * factor
+    handle.grad_scale = 1.0
+
+
+def _sum_of_squares(grads):
+    """The sum of the squares of all elements, in float32: one multi_sum_sq per device, one sync."""
+    by_ctx = {}
+    for grad in grads:
+        by_ctx.setdefault(grad.context, []).append(grad)
+    parts = []
     with autograd.pause():
-        for grad in _grads(trainer):
-            grad[:] = grad * factor
-    trainer._scale = trainer._amp_original_scale
-    del scaler
+        for group in by_ctx.values():
+            # float16 squares overflow above 256; multi_sum_sq needs one dtype anyway
+            group = [g.astype("float32", copy=False) for g in group]
+            for start in range(0, len(group), 200):
+                chunk = group[start:start + 200]
+                sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk))
+                parts.append(sums.sum().as_in_context(mx.cpu()))
+        if not parts:
+            return 0.0
+        return float(mx.nd.add_n(*parts).asscalar())
 
 
 def clip_global_norm(trainer, max_norm):
-    """Clip the global norm of the true (unscaled) gradients to ``max_norm``.
+    """Clip the global L2 norm of the true (unscaled) gradients to ``max_norm``.
 
-    The norm is computed in float32 from the gradients as they stand (scaled or not) and the
-    clipping factor is folded into the Trainer's rescaling, so float16 gradients are not
-    rewritten. When the gradients hold inf or NaN, the step will be skipped and nothing is
-    clipped. With several devices or workers, the gradients are summed first
-    (``trainer.allreduce_grads()``), so every worker clips by the same global norm; then
-    :func:`step` applies the update without reducing again.
+    The norm is that of the gradient of the loss as passed to ``backward``. For a per-sample
+    loss vector (Gluon's losses) that is the gradient *summed* over the batch, which
+    ``Trainer.step(batch_size)`` divides by ``batch_size`` only afterwards: its norm grows with
+    the batch size, so pick ``max_norm`` for the summed gradient (or pass ``loss.mean()`` and
+    ``step(trainer, 1)`` to clip the mean gradient). This is what
+    ``gluon.utils.clip_global_norm`` on the gradients measures too.
+
+    The norm is computed in float32, in one ``multi_sum_sq`` call per device, from the
+    gradients as they stand (scaled or not), and the clipping factor is folded into this step's
+    update, so float16 gradients are not rewritten. When the gradients hold inf or NaN, the
+    step will be skipped and nothing is clipped. With several devices or workers the gradients
+    are summed first (``trainer.allreduce_grads()``), so every worker clips by the same global
+    norm; then :func:`step` applies the update without reducing again.
 
     Parameters
     ----------
     trainer : mxnet.gluon.Trainer
         Prepared by :func:`init_trainer`, or a plain float32 Trainer (nothing to unscale).
     max_norm : float
-        The largest allowed global L2 norm, measured like ``gluon.utils.clip_global_norm``
-        (before the Trainer's division by the batch size).
+        The largest allowed global L2 norm of the batch-summed gradient.
 
     Returns
     -------
@@ -397,25 +330,15 @@ def clip_global_norm(trainer, max_norm):
     """
     if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
         raise ValueError("max_norm must be positive and finite, got %r" % (max_norm,))
+    handle = handle_of(trainer) or attach(trainer, None)
     reduced = _reduces(trainer)
-    if reduced and not getattr(trainer, "_mxmixed_reduced", False):
+    if reduced and not handle.reduced:
         _ready_kvstore(trainer)
         trainer.allreduce_grads()
-        trainer._mxmixed_reduced = True
-    original = getattr(trainer, "_amp_original_scale", None)
-    if original is None:
-        # A plain Trainer: no scale_loss resets its rescaling each step, so clip from the base.
-        trainer._scale = trainer.__dict__.setdefault("_mxmixed_plain_scale", trainer._scale)
-        factor = 1.0
-    else:
-        factor = trainer._scale / original
-    with autograd.pause():
-        total = 0.0
-        for grad in _grads(trainer, first_copy_only=reduced):
-            total += float(mx.nd.square(grad.astype("float32")).sum().asscalar())
-    norm = math.sqrt(total) * factor
-    if math.isfinite(norm) and norm > max_norm:
-        trainer._scale *= max_norm / norm
+        handle.reduced = True
+    total = _sum_of_squares(param_grads(trainer._params, first_copy_only=reduced))
+    norm = math.sqrt(total) / handle.gradient_scale
+    handle.clip = max_norm / norm if math.isfinite(norm) and norm > max_norm else 1.0
     return norm
 
 
@@ -424,8 +347,8 @@ def step(trainer, batch_size, ignore_stale_grad=False):
 
     Advance a learning-rate schedule only on applied steps. Under a distributed kvstore it
     first broadcasts rank 0's initial weights, which Gluon would otherwise race with the first
-    gradient push (:func:`mxmixed.distributed.init_kvstore`); after :func:`clip_global_norm`
-    has summed the gradients, it updates without summing them again.
+    gradient push (:func:`init_kvstore`); after :func:`clip_global_norm` has summed the
+    gradients, it updates without summing them again.
 
     Parameters
     ----------
@@ -440,11 +363,12 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     bool
         True when the parameters were updated, False when the step was skipped on overflow.
     """
-    if getattr(trainer, "_mxmixed_reduced", False):
-        trainer._mxmixed_reduced = False
+    handle = handle_of(trainer)
+    if handle is not None and handle.reduced:
+        handle.reduced = False
         trainer.update(batch_size, ignore_stale_grad=ignore_stale_grad)
     else:
         _ready_kvstore(trainer)
         trainer.step(batch_size, ignore_stale_grad=ignore_stale_grad)
-    scaler = getattr(trainer, "_amp_loss_scaler", None)
-    return not (isinstance(scaler, LossScaler) and scaler.last_step_skipped)
+    return not (handle is not None and handle.scaler is not None
+                and handle.scaler.last_step_skipped)

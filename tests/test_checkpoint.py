@@ -17,7 +17,7 @@ from conftest import run_python
 from mxmixed import checkpoint, emulation
 from mxmixed.checkpoint import CheckpointError
 from mxmixed.scaler import LossScaler
-from mxmixed.training import init_trainer, scale_loss, step
+from mxmixed.training import init_trainer, loss_scaler, scale_loss, step
 from mxmixed.tutorial import digits_arrays, digits_cnn
 
 BATCH = 64
@@ -132,7 +132,7 @@ def test_round_trip_restores_params_master_weights_counters_and_scaler(tmp_path,
     assert trainer2._optimizer.num_update == trainer._optimizer.num_update == applied
     assert trainer2._optimizer._index_update_count == trainer._optimizer._index_update_count
     assert scaler2.state_dict() == scaler.state_dict()
-    assert scaler2 is trainer2._amp_loss_scaler
+    assert scaler2 is loss_scaler(trainer2)
     assert extra["step"] == 8
     state = extra["rng"]
     assert state[0] == "MT19937" and np.array_equal(state[1], rng.get_state()[1])

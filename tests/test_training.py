@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from conftest import run_python
-from mxmixed import training
+from mxmixed import _state, training
 from mxmixed.scaler import LossScaler
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
@@ -81,11 +81,20 @@ def test_scope_disabled_changes_nothing():
         assert not active and not mxmixed.amp_initialized()
 
 
-def test_init_refuses_bfloat16_without_avx512_bf16(monkeypatch):
-    monkeypatch.setattr(training, "cpu_has_avx512_bf16", lambda: False)
-    with pytest.raises(RuntimeError, match="AVX512-BF16"):
+def test_init_refuses_bfloat16_on_a_cpu_without_avx512(monkeypatch):
+    monkeypatch.setattr(_state, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    with pytest.raises(RuntimeError, match="AVX-512 F/BW/VL/DQ.*lacks avx512bw, avx512vl, "
+                                           "avx512dq"):
         mxmixed.init(target_dtype="bfloat16")
     assert not mxmixed.amp_initialized()
+
+
+def test_bfloat16_needs_avx512_core_not_avx512_bf16(monkeypatch):
+    # measured on MXNet 1.9.1 with oneDNN capped by DNNL_MAX_CPU_ISA: bfloat16 AMP runs at
+    # AVX512_CORE (no AVX512-BF16) and fails at AVX2
+    monkeypatch.setattr(_state, "_cpu_flags",
+                        lambda: {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
+    assert _state.bfloat16_support() == (True, "")
 
 
 def test_init_refuses_numpy_mode():
@@ -290,3 +299,10 @@ def test_softmax_output_gradient_follows_the_trainers_scaler():
         out.backward()
         probs = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
         np.testing.assert_allclose(data.grad.asnumpy()[0], (probs - [1, 0]) * 256, rtol=1e-3)
+
+
+def test_init_inside_a_scope_is_refused_because_the_scope_undoes_it():
+    with mxmixed.amp_scope():
+        with pytest.raises(RuntimeError, match="inside an amp_scope"):
+            mxmixed.init()
+    assert not mxmixed.amp_initialized()

@@ -34,7 +34,8 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
-from ..training import amp_initialized, amp_scope
+from .._state import amp_initialized
+from ..training import amp_scope
 from ._graph import (GraphInfo, check_block, graph_json, is_cast, mxnet_reason,
                      normalize_input_shape, strip_amp_casts, trace)
 

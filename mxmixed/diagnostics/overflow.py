@@ -22,7 +22,8 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
-from ..training import amp_initialized, amp_scope
+from .._state import amp_initialized
+from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
 from ._graph import (DATA, LABEL, base_name, block_paths, check_block, check_has_gradients,
                      check_initialized, has_float16, is_cast, layer_of, mxnet_reason,

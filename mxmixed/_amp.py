@@ -1,0 +1,214 @@
+"""AMP for the whole process (:func:`init`) or for a ``with`` block (:func:`amp_scope`), with the
+CPU float16 emulation where no GPU is present. :mod:`mxmixed.training` re-exports both.
+
+.. note::
+   ``mxnet.contrib.amp.init`` patches MXNet's operator functions for the whole process and cannot
+   be undone. :func:`init` keeps that behaviour (it is what users of ``amp.init`` expect);
+   :func:`amp_scope` is the undoable form.
+"""
+import contextlib
+import gc
+import logging
+import warnings
+
+import numpy as np
+
+import mxnet as mx
+from mxnet import gluon
+from mxnet.contrib import amp
+
+from . import emulation
+from ._state import AMP, amp_initialized, bfloat16_support
+
+__all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
+
+_LOG = logging.getLogger("mxmixed")
+_PATCHED_SUBMODULES = ("op", "_internal", "contrib", "linalg", "sparse", "image", "random")
+#: How every message names the fix for float16 ops that MXNet's CPU build lacks.
+EMULATION_HINT = "mxmixed.emulation.enable()"
+
+
+def _check_target(target_dtype):
+    name = np.dtype(target_dtype).name if target_dtype != "bfloat16" else "bfloat16"
+    if name not in ("float16", "bfloat16"):
+        raise ValueError("target_dtype must be 'float16' or 'bfloat16', got %r" % (target_dtype,))
+    if name == "bfloat16":
+        ok, why = bfloat16_support()
+        if not ok:
+            raise RuntimeError("target_dtype='bfloat16' cannot run here: %s (see `mxmixed "
+                               "info`); use target_dtype='float16' (emulated on CPU, native on "
+                               "a GPU)" % why)
+    if mx.util.is_np_array() or mx.util.is_np_shape():
+        raise RuntimeError("NumPy mode (npx.set_np) is on: MXNet 1.9's AMP patches nothing "
+                           "there and the net would silently stay float32; call "
+                           "mxmixed.init before npx.set_np, or run without NumPy mode")
+    return name
+
+
+def _warn_hybridized_blocks():
+    for obj in gc.get_objects():
+        if isinstance(obj, gluon.HybridBlock) and getattr(obj, "_cached_op", None) is not None:
+            warnings.warn("HybridBlock '%s' was hybridized and run before AMP was initialized: "
+                          "its cached graph stays float32. Call its hybridize() again (or build "
+                          "it after mxmixed.init)." % obj.name, stacklevel=3)
+
+
+def _emulation_mode(emulate, target):
+    if emulate not in ("auto", True, False):
+        raise ValueError("emulate must be 'auto', True or False, got %r" % (emulate,))
+    if target != "float16" or emulate is False:
+        return None
+    return "auto" if emulate == "auto" else "on"
+
+
+def amp_target():
+    """The target dtype of the AMP in place: what :func:`init` was given, or else what a direct
+    ``amp.init`` gave AMP's FullyConnected wrapper.
+
+    Returns
+    -------
+    str or None
+        'float16', 'bfloat16', or None when AMP is not initialized (or it cannot be told).
+    """
+    if not amp_initialized():
+        return None
+    if AMP.settings is not None:
+        return AMP.settings[0]
+    for cell in getattr(mx.nd.FullyConnected, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, np.dtype) or getattr(value, "names", None) == ("bfloat16",):
+            return "bfloat16" if getattr(value, "names", None) else value.name
+    return None
+
+
+def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
+         fp32_ops=None, emulate="auto"):
+    """Initialize AMP for the whole process, with CPU float16 emulation where needed.
+
+    A thin wrapper of ``mxnet.contrib.amp.init`` that also switches on the emulation (when no
+    GPU is visible, by default), warns about blocks hybridized too early, and refuses settings
+    that would silently do nothing.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+        The low precision type.
+    target_precision_ops, conditional_fp32_ops, fp32_ops : list, optional
+        Op-list overrides, exactly as ``amp.init`` takes them: each list *replaces* AMP's own
+        (``fp32_ops=['FullyConnected']`` drops softmax and the rest from the float32 list).
+        :func:`mxmixed.diagnostics.keep_in_float32` builds lists that extend AMP's instead.
+    emulate : {'auto', True, False}, default 'auto'
+        CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
+        contexts), False never.
+
+    Raises
+    ------
+    RuntimeError
+        For bfloat16 where MXNet cannot run it, in NumPy mode, or when AMP was already
+        initialized with other settings (MXNet cannot redo it).
+
+    .. note::
+       Call it before the net is hybridized and run. A second call with the same settings is a
+       no-op; with other settings it raises, where MXNet would silently ignore it. After a
+       direct ``amp.init()``, ``mxmixed.init()`` with the same target dtype and no op lists is
+       accepted and only adds the emulation (mxmixed can read the target AMP was given, not its
+       op lists); with op lists or another target it raises.
+    """
+    target = _check_target(target_dtype)
+    settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
+    mode = _emulation_mode(emulate, target)
+    if AMP.scoped:
+        raise RuntimeError("mxmixed.init inside an amp_scope block: the scope undoes AMP when it "
+                           "ends; call mxmixed.init outside any scope (or use only the scope)")
+    if amp_initialized():
+        already = " with other settings %r" % (AMP.settings,)
+        if AMP.settings is None:  # a direct amp.init(): its target can be read, its lists not
+            direct = amp_target()
+            if direct not in (None, target):
+                already = " by amp.init(target_dtype=%r)" % direct
+            elif settings[1:] != (None, None, None):
+                already = " by amp.init(), whose op lists mxmixed cannot see"
+            else:
+                AMP.settings = settings
+                _LOG.info("mxmixed.init: accepting the amp.init() that already ran")
+        if AMP.settings != settings:
+            raise RuntimeError(
+                "AMP is already initialized%s and MXNet 1.9.1 cannot undo or redo it; call "
+                "mxmixed.init with the same settings (or alone, instead of amp.init), restart "
+                "the process, or use mxmixed.amp_scope for runs side by side. On a CPU, "
+                "%s makes float16 nets run under the AMP already in place"
+                % (already, EMULATION_HINT))
+        if mode:
+            emulation.enable(mode)
+        return
+    _warn_hybridized_blocks()
+    if mode:
+        emulation.enable(mode)
+    amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
+             conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+    AMP.settings = settings
+
+
+def _patched_modules():
+    modules = []
+    for root in (mx.ndarray, mx.symbol):
+        modules.append(root)
+        modules += [getattr(root, name) for name in _PATCHED_SUBMODULES if hasattr(root, name)]
+    return modules
+
+
+@contextlib.contextmanager
+def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
+              conditional_fp32_ops=None, fp32_ops=None, emulate="auto"):
+    """Apply AMP inside a ``with`` block and restore MXNet's functions on exit.
+
+    With ``enabled=False`` the same code runs in plain float32. A float32 run and an AMP run
+    can then sit side by side in one process, which ``amp.init`` alone does not allow.
+
+    Parameters
+    ----------
+    enabled : bool, default True
+        Whether to apply AMP at all.
+    target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate
+        As in :func:`init`.
+
+    Yields
+    ------
+    bool
+        Whether AMP is active inside the block.
+
+    .. note::
+       Build and hybridize the nets of an AMP run inside the scope: a block keeps the graph it
+       cached, so a block hybridized inside stays mixed precision afterwards, and one cached
+       before stays float32. Scopes cannot be used after a process-wide :func:`init`.
+    """
+    if not enabled:
+        yield False
+        return
+    target = _check_target(target_dtype)
+    if amp_initialized():
+        raise RuntimeError("AMP is already initialized for the whole process (mxmixed.init or "
+                           "amp.init), so amp_scope cannot apply and undo it; use one or the "
+                           "other")
+    mode = _emulation_mode(emulate, target)
+    with emulation.emulated(mode) if mode else contextlib.nullcontext():
+        snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
+        saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+                 amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler)
+        try:
+            amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
+                     conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+            AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
+            AMP.scoped += 1
+            yield True
+        finally:
+            for module, before in snapshot:
+                now = vars(module)
+                for name in [n for n in now if n not in before]:
+                    delattr(module, name)
+                for name, value in before.items():
+                    if now.get(name) is not value:
+                        setattr(module, name, value)
+            (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+             amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler) = saved
+            AMP.scoped -= 1

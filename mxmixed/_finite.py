@@ -1,0 +1,149 @@
+"""Whether gradients are finite: the check a Trainer's loss scaler runs each step, and which
+parameters hold inf or NaN when it fails.
+
+Only MXNet and NumPy here, so the training layer and the diagnostics can both use it
+(:func:`mxmixed.diagnostics.nonfinite_gradients` is this module's function).
+"""
+import mxnet as mx
+from mxnet import autograd
+
+__all__ = ["all_finite", "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
+
+_CHUNK = 200  # arrays per multi_all_finite call, as MXNet's own scaler does
+
+
+def param_grads(params, first_copy_only=False):
+    """The gradient arrays of the parameters that have one.
+
+    Parameters
+    ----------
+    params : list of mxnet.gluon.Parameter
+    first_copy_only : bool, default False
+        One array per parameter (the first context's), for gradients already summed across
+        devices.
+
+    Returns
+    -------
+    list of mxnet.nd.NDArray
+    """
+    return [g for p in params if p.grad_req != "null" and p._grad is not None
+            for g in (p.list_grad()[:1] if first_copy_only else p.list_grad())]
+
+
+def all_finite(grads):
+    """Whether every element of every array is finite: one pass per dtype and device, one sync.
+
+    Parameters
+    ----------
+    grads : list of mxnet.nd.NDArray
+        Of any float dtypes and contexts (a float16 net keeps BatchNorm's gradients float32).
+
+    Returns
+    -------
+    bool
+    """
+    if not grads:
+        return True
+    groups = {}
+    for grad in grads:  # multi_all_finite needs one dtype
+        groups.setdefault((grad.dtype, grad.context), []).append(grad)
+    with autograd.pause():
+        flags = []
+        for (_, ctx), group in groups.items():
+            ok = mx.nd.ones((1,), ctx=ctx)
+            for start in range(0, len(group), _CHUNK):
+                chunk = group[start:start + _CHUNK]
+                mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
+            flags.append(ok.as_in_context(mx.cpu()))
+        return bool(mx.nd.concat(*flags, dim=0).min().asscalar())
+
+
+class NonfiniteGradients:
+    """Which parameter gradients hold inf or NaN, for an error message.
+
+    Attributes
+    ----------
+    entries : list of (str, str)
+        ``(parameter name, 'inf' or 'NaN')`` in the order the parameters were given (creation
+        order, usually forward order); NaN wins when a gradient holds both.
+    total : int
+        How many parameter gradients were checked.
+    """
+
+    def __init__(self, entries, total):
+        self.entries = list(entries)
+        self.total = total
+
+    def __bool__(self):
+        return bool(self.entries)
+
+    def __len__(self):
+        return len(self.entries)
+
+    @property
+    def origin(self):
+        """(str, str) or None: the first entry in backward order (the last one given)."""
+        return self.entries[-1] if self.entries else None
+
+    def describe(self):
+        """One paragraph for an error message.
+
+        Returns
+        -------
+        str
+        """
+        if not self.entries:
+            return "no parameter gradient holds inf or NaN"
+        name, kind = self.origin
+        layer = name.rsplit("_", 1)[0] if "_" in name else name
+        span = ("'%s'" % name if len(self.entries) == 1 else
+                "'%s' ... '%s' in creation order" % (self.entries[0][0], name))
+        text = ("inf/NaN in the gradients of %d of %d parameters (%s); first in backward "
+                "order (the reverse of creation order, usually the forward order): '%s' (%s), "
+                "layer '%s'" % (len(self.entries), self.total, span, name, kind, layer))
+        if len(self.entries) == self.total:
+            text += (". Every gradient is affected, so the overflow began at the loss gradient, "
+                     "the last layer or in the forward pass")
+        else:
+            text += ", where the overflow most likely began (the earlier layers inherit it)"
+        return text + ("; mxmixed.diagnostics.find_overflow(net, batch, scale=...) names the "
+                       "exact op")
+
+    def __str__(self):
+        return self.describe()
+
+
+def nonfinite_gradients(params):
+    """Check each parameter's gradient for inf and NaN: two reductions per parameter, one sync.
+
+    Parameters
+    ----------
+    params : list of mxnet.gluon.Parameter or dict of str to Parameter
+        ``trainer._params`` or ``net.collect_params()``.
+
+    Returns
+    -------
+    NonfiniteGradients
+    """
+    if isinstance(params, dict) or hasattr(params, "values"):
+        params = list(params.values())
+    checked, flags = [], []
+    with autograd.pause():
+        for param in params:
+            if param.grad_req == "null" or param._grad is None:
+                continue
+            for grad in param.list_grad():
+                checked.append(param.name)
+                flags.append(mx.nd.contrib.isinf(grad).max().astype("float32"))
+                flags.append(mx.nd.contrib.isnan(grad).max().astype("float32"))
+        if not checked:
+            return NonfiniteGradients([], 0)
+        values = mx.nd.concat(*[f.reshape((1,)).as_in_context(mx.cpu()) for f in flags],
+                              dim=0).asnumpy()
+    entries, seen = [], set()
+    for n, name in enumerate(checked):
+        has_inf, has_nan = values[2 * n] > 0, values[2 * n + 1] > 0
+        if (has_inf or has_nan) and name not in seen:
+            seen.add(name)
+            entries.append((name, "NaN" if has_nan else "inf"))
+    return NonfiniteGradients(entries, len(set(checked)))

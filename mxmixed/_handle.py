@@ -1,0 +1,250 @@
+"""The one link between a Gluon ``Trainer`` and its :class:`~mxmixed.scaler.LossScaler`.
+
+:func:`mxmixed.init_trainer` stores a :class:`TrainerHandle` under the one attribute MXNet 1.9.1
+itself reads, ``trainer._amp_loss_scaler``: ``Trainer._update`` calls its ``has_overflow(params)``
+before every update and skips the update when it returns True. Nothing else is stamped on the
+Trainer or on MXNet's objects.
+
+The scale lives in the LossScaler only. ``Trainer.step`` sets the optimizer's ``rescale_grad`` to
+``trainer._scale / batch_size`` and then calls ``has_overflow``; the handle multiplies that by
+``clip / scale`` there, at the moment of use, where ``scale`` is the scale the gradients carry
+(what :func:`mxmixed.scale_loss` multiplied the loss by, 1 after :func:`mxmixed.unscale`) and
+``clip`` the factor :func:`mxmixed.clip_global_norm` chose for this step. ``trainer._scale`` is
+never changed.
+
+.. note::
+   MXNet's loss-output ops (``SoftmaxOutput`` ...) scale their gradient by AMP's process-global
+   scaler, captured when ``amp.init`` ran. :func:`follow_linked_scaler` turns that object into a
+   :class:`FollowingScaler`, whose ``loss_scale`` reads the LossScaler linked in
+   ``mxmixed._state.AMP.loss_output_scaler`` (the first one attached after AMP's init), so it too
+   derives the scale on use instead of holding a copy.
+"""
+import weakref
+
+import mxnet as mx
+from mxnet.contrib import amp
+from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
+
+from ._finite import all_finite, nonfinite_gradients, param_grads
+from ._state import AMP
+from .scaler import LossScaleError
+
+__all__ = ["ATTRIBUTE", "TrainerHandle", "handle_of", "attach", "follow_linked_scaler",
+           "explain_cpu_float16"]
+
+#: The one attribute set on a Trainer; MXNet's ``Trainer._update`` reads it.
+ATTRIBUTE = "_amp_loss_scaler"
+
+# scaler -> weak reference to the Trainer it is attached to; an entry goes with its scaler
+_ATTACHED = weakref.WeakKeyDictionary()
+
+_NO_CPU_FLOAT16 = ("FP16 gemm on cpu not implemented", "only supported by CuDNN")
+
+
+class TrainerHandle:
+    """What links one Trainer to its scaler, and this step's facts about its gradients.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+    scaler : LossScaler or None
+        None for a plain Trainer that :func:`mxmixed.clip_global_norm` clips: no overflow check,
+        only the clipping factor.
+
+    Attributes
+    ----------
+    scaler : LossScaler or None
+    grad_scale : float or None
+        The scale the current gradients carry: set by ``scale_loss``, 1 after ``unscale``;
+        None means the scaler's current scale (1 without a scaler).
+    clip : float
+        The clipping factor folded into this step's update (1: no clipping).
+    reduced : bool
+        Whether ``clip_global_norm`` already summed the gradients across devices or workers, so
+        that ``step`` must update without summing again.
+    """
+
+    def __init__(self, trainer, scaler=None):
+        self._trainer = weakref.ref(trainer)
+        self.scaler = scaler
+        self.begin_step()
+
+    def begin_step(self, grad_scale=None):
+        """Start a new step whose gradients carry ``grad_scale``.
+
+        Parameters
+        ----------
+        grad_scale : float or None
+        """
+        self.grad_scale = grad_scale
+        self.clip = 1.0
+        self.reduced = False
+
+    @property
+    def gradient_scale(self):
+        """float: the scale the current gradients carry."""
+        if self.grad_scale is not None:
+            return self.grad_scale
+        return 1.0 if self.scaler is None else self.scaler.loss_scale
+
+    @property
+    def loss_scale(self):
+        """float: the scaler's scale (1 without one); ``amp.scale_loss`` reads this name."""
+        return 1.0 if self.scaler is None else self.scaler.loss_scale
+
+    def has_overflow(self, params):
+        """MXNet's scaler protocol: check the gradients, move the scale, fix this update's rescale.
+
+        ``Trainer._update`` calls it after ``step``/``update`` set ``rescale_grad`` and before
+        the optimizer runs; the update is skipped when it returns True.
+
+        Parameters
+        ----------
+        params : list of mxnet.gluon.Parameter
+            The trainer's parameters.
+
+        Returns
+        -------
+        bool
+            Whether the step must be skipped.
+
+        Raises
+        ------
+        LossScaleError
+            When the gradients overflow while the scale sits at its floor.
+        RuntimeError
+            When the gradients could not be computed because MXNet's CPU build has no float16
+            kernel for an op (the message names ``mxmixed.emulation.enable()``).
+        """
+        overflow = False
+        if self.scaler is not None:
+            try:
+                overflow = not all_finite(param_grads(params))
+            except mx.base.MXNetError as err:
+                raise explain_cpu_float16(err) from None
+            if overflow and self.scaler.at_floor:
+                raise LossScaleError(_floor_message(params, self.scaler.loss_scale))
+        if not overflow:
+            trainer = self._trainer()
+            if trainer is not None:
+                trainer._optimizer.rescale_grad *= self.clip / self.gradient_scale
+        if self.scaler is not None:
+            self.scaler.update(overflow)
+        self.begin_step()
+        return overflow
+
+
+def handle_of(trainer):
+    """The :class:`TrainerHandle` of a Trainer, or None.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+
+    Returns
+    -------
+    TrainerHandle or None
+    """
+    handle = getattr(trainer, ATTRIBUTE, None)
+    return handle if isinstance(handle, TrainerHandle) else None
+
+
+def attached_elsewhere(scaler, trainer):
+    """Whether ``scaler`` is attached to a live Trainer other than ``trainer``.
+
+    Parameters
+    ----------
+    scaler : LossScaler
+    trainer : mxnet.gluon.Trainer
+
+    Returns
+    -------
+    bool
+    """
+    ref = _ATTACHED.get(scaler)
+    other = ref() if ref is not None else None
+    return other is not None and other is not trainer and handle_of(other) is not None \
+        and handle_of(other).scaler is scaler
+
+
+def attach(trainer, scaler):
+    """Link ``trainer`` to ``scaler`` (or to no scaler) through a new handle.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+    scaler : LossScaler or None
+
+    Returns
+    -------
+    TrainerHandle
+    """
+    old = handle_of(trainer)
+    if old is not None and old.scaler is not None and old.scaler is not scaler:
+        _ATTACHED.pop(old.scaler, None)
+        if AMP.loss_output_scaler is old.scaler and scaler is not None:
+            AMP.loss_output_scaler = scaler  # the replacement leads the loss-output ops now
+    handle = TrainerHandle(trainer, scaler)
+    setattr(trainer, ATTRIBUTE, handle)
+    if scaler is not None:
+        _ATTACHED[scaler] = weakref.ref(trainer)
+    return handle
+
+
+class FollowingScaler(MXNetLossScaler):
+    """AMP's global scaler, reading its scale from the linked mxmixed LossScaler on each use."""
+
+    @property
+    def loss_scale(self):
+        """float: the linked LossScaler's scale, or MXNet's own when none is linked."""
+        linked = AMP.loss_output_scaler
+        return self._loss_scale if linked is None else linked.loss_scale
+
+
+def follow_linked_scaler(scaler):
+    """Make MXNet's loss-output ops follow ``scaler``, unless another scaler already leads.
+
+    Parameters
+    ----------
+    scaler : LossScaler
+    """
+    glob = amp.amp._loss_scaler
+    if glob is None or AMP.loss_output_scaler is not None:
+        return
+    if type(glob) is MXNetLossScaler:
+        glob.__class__ = FollowingScaler  # same layout; no attribute is added
+    AMP.loss_output_scaler = scaler
+
+
+def explain_cpu_float16(err):
+    """Turn MXNet's "no float16 kernel on CPU" errors into one that names the fix.
+
+    Parameters
+    ----------
+    err : mxnet.base.MXNetError
+
+    Returns
+    -------
+    Exception
+        A RuntimeError for those errors, ``err`` itself for any other.
+    """
+    text = str(err)
+    if not any(marker in text for marker in _NO_CPU_FLOAT16):
+        return err
+    first = next((line for line in text.splitlines() if any(m in line for m in _NO_CPU_FLOAT16)),
+                 text.splitlines()[0] if text else "")
+    return RuntimeError("MXNet's CPU build has no float16 kernel for an op of this net (%s). "
+                        "Call mxmixed.emulation.enable() (or mxmixed.init(), which enables it "
+                        "when no GPU is visible) before building the net, so these ops run in "
+                        "float32 with float16 inputs and outputs, as on a GPU" % first.strip())
+
+
+def _floor_message(params, scale):
+    found = nonfinite_gradients(params)
+    if not found:
+        return ("gradients overflow even at the minimum loss scale %g (no parameter gradient "
+                "holds inf/NaN any more; the check raced with an update)" % scale)
+    return ("gradients overflow even at the minimum loss scale %g: %s. Try keeping that layer "
+            "in float32 (mxmixed.diagnostics.keep_in_float32, or an exclusion), lowering the "
+            "learning rate, clipping the unscaled gradients, or check the input data for "
+            "inf/NaN." % (scale, found.describe()))
