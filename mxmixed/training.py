@@ -23,6 +23,7 @@ from ._amp import EMULATION_HINT, amp_scope, amp_target, init
 from ._finite import param_grads
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of)
+from ._kvstore import init_kvstore, kvstore_name, trainer_is_distributed
 from ._state import amp_initialized, gpu_visible
 from .scaler import LossScaler
 
@@ -30,14 +31,9 @@ __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "un
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
 
 
-def _kvstore_name(trainer):
-    kvstore = trainer._kvstore_params.get("kvstore")
-    return (kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")) or ""
-
-
 def _ensure_local_updates(trainer):
     config = trainer._kvstore_params
-    name = _kvstore_name(trainer)
+    name = kvstore_name(config.get("kvstore"))
     if "async" in name:
         raise ValueError("kvstore '%s' updates on the server, before any overflow check; loss "
                          "scaling needs a synchronous kvstore with update_on_kvstore=False" % name)
@@ -208,52 +204,11 @@ def scale_loss(loss, trainer):
 
 def _reduces(trainer):
     """Whether gradients are summed across devices or workers before the update."""
-    return len(trainer._contexts) > 1 or "dist" in _kvstore_name(trainer)
-
-
-def init_kvstore(trainer):
-    """Create the Trainer's kvstore now and give every worker rank 0's initial parameters.
-
-    Gluon creates the kvstore lazily, in the first ``step``, where MXNet 1.9.1 does not order the
-    broadcast of rank 0's weights before the first gradient push; with
-    ``update_on_kvstore=False`` a late pull can write summed gradients into a worker's weights.
-    This does the broadcast first and waits for it. :func:`step` and :func:`clip_global_norm`
-    call it under a distributed kvstore; ``mxmixed.distributed.init_kvstore`` is this function.
-
-    Parameters
-    ----------
-    trainer : mxnet.gluon.Trainer
-        With initialized parameters of known shapes (run one forward pass first for deferred
-        shapes). Any kvstore works; for a non-distributed one this only creates it early.
-
-    Returns
-    -------
-    mxnet.kvstore.KVStore or None
-
-    Raises
-    ------
-    ValueError
-        When parameters still have deferred shapes.
-    """
-    if not trainer._kv_initialized:
-        deferred = [p.name for p in trainer._params if p._deferred_init]
-        if deferred:
-            raise ValueError("parameters %s have deferred shapes; run one forward pass before "
-                             "init_kvstore" % ", ".join(deferred[:3]))
-        trainer._init_kvstore()
-    if trainer._params_to_init:
-        trainer._init_params()
-    if trainer._params_to_init:
-        raise ValueError("parameters %s have deferred shapes; run one forward pass before "
-                         "init_kvstore" % ", ".join(p.name for p in trainer._params_to_init[:3]))
-    for param in trainer._params:
-        for data in param.list_data():
-            data.wait_to_read()
-    return trainer._kvstore
+    return len(trainer._contexts) > 1 or trainer_is_distributed(trainer)
 
 
 def _ready_kvstore(trainer):
-    if "dist" in _kvstore_name(trainer) and (not trainer._kv_initialized
+    if trainer_is_distributed(trainer) and (not trainer._kv_initialized
                                              or trainer._params_to_init):
         init_kvstore(trainer)
 
