@@ -228,7 +228,7 @@ def run_script(script, argv=(), report=None, emulation=True):
     if emulation:
         emu.enable(mode="auto")
     state = {"requested": bool(emulation), "active": emu.emulation_active(),
-             "description": emu.describe()}
+             "description": emu.describe() if hasattr(emu, "describe") else None}
     recorder = StepRecorder().install() if report else None
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = [script] + list(argv)
