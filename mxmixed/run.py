@@ -224,13 +224,14 @@ def run_script(script, argv=(), report=None, emulation=True):
         return 2
     from . import emulation as emu
 
+    report = os.path.abspath(report) if report else None  # the script may chdir
     was_active = emu.emulation_active()
     if emulation:
         emu.enable(mode="auto")
     state = {"requested": bool(emulation), "active": emu.emulation_active(),
              "description": emu.describe() if hasattr(emu, "describe") else None}
     recorder = StepRecorder().install() if report else None
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script] + list(argv)
     script_dir = os.path.dirname(os.path.abspath(script))
     if sys.path:
@@ -251,8 +252,7 @@ def run_script(script, argv=(), report=None, emulation=True):
     finally:
         wall = time.perf_counter() - start
         sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
         if recorder is not None:
             recorder.uninstall()
         if emulation and not was_active and emu.emulation_active():

@@ -209,3 +209,11 @@ def test_no_emulation_is_the_plain_mxnet_baseline(tmp_path):
     failed = _run(["--no-emulation", script, "--float16"])
     assert failed.returncode == 1
     assert "MXNetError" in failed.stderr
+
+
+def test_relative_report_path_survives_a_chdir_in_the_script(tmp_path, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    script = _script(tmp_path, "import os\nos.chdir('elsewhere')\n")
+    assert run_script(script, [], report="report.json") == 0
+    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0
