@@ -86,10 +86,11 @@ def test_yolo3_amp_trains_and_validates(tmp_path, voc):
     assert len(metrics["map"]) == 1 and 0.0 <= metrics["map"][0] <= 1.0
 
 
-@pytest.mark.parametrize("mode", [["--dtype", "float16"], ["--amp"]], ids=["cast", "amp"])
-def test_classification_float16_trains_and_validates(tmp_path, image_folder, mode):
+@pytest.mark.parametrize("model, mode", [("resnet18_v1", ["--dtype", "float16"]),
+                                         ("mobilenet0.25", ["--amp"])], ids=["cast", "amp"])
+def test_classification_float16_trains_and_validates(tmp_path, image_folder, model, mode):
     report, metrics = _run_client(tmp_path, "train_imagenet.py", [
-        "--data-dir", image_folder, "--model", "resnet18_v1", "--input-size", "32",
+        "--data-dir", image_folder, "--model", model, "--input-size", "32",
         "--batch-size", "2", "-j", "0", "--num-epochs", "1", "--max-iters", str(ITERS),
         "--lr", "0.01"] + mode)
     summary = _check_report(report, amp=mode == ["--amp"])
