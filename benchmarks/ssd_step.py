@@ -100,7 +100,7 @@ def setup(amp_on, onednn=True, overflow_check=True, fast_check=False, size=128, 
     return step
 """
 
-WORKLOAD = "ssd_300_mobilenet0.25, batch 2, 128x128"
+WORKLOAD = "SSD mobilenet0.25"  # ssd_300_mobilenet0.25_voc, batch 2, 128x128
 COMPARISONS = [
     ("oneDNN on", "emulated AMP step / float32 step (CPU)",
      {"amp_on": False}, {"amp_on": True}, "<= 1.5"),
@@ -108,7 +108,7 @@ COMPARISONS = [
      {"amp_on": False, "onednn": False}, {"amp_on": True, "onednn": False}, None),
     ("oneDNN on", "emulated AMP step / same without AMP's overflow check",
      {"amp_on": True, "overflow_check": False}, {"amp_on": True}, None),
-    ("oneDNN on, overflow check by multi_sum_sq", "emulated AMP step / float32 step (CPU)",
+    ("multi_sum_sq check", "emulated AMP step / float32 step (CPU)",
      {"amp_on": False}, {"amp_on": True, "fast_check": True}, "<= 1.5"),
 ]
 
@@ -162,7 +162,7 @@ def run(rounds=5, steps=3):
     results = []
     for label, figure, baseline, variant, goal in COMPARISONS:
         r = compare(SETUP, baseline, variant, rounds=rounds, steps=steps)
-        r.update({"workload": "%s, %s" % (WORKLOAD, label), "figure": figure, "goal": goal})
+        r.update({"workload": "%s (%s)" % (WORKLOAD, label), "figure": figure, "goal": goal})
         results.append(r)
     # bulk execution off, so that the profiler names every operator on its own
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--profile-only"],
@@ -194,7 +194,7 @@ def main(argv=None):
     for r in results:
         if "ratio_median" in r:
             print("%-58s %10.4f %10.4f %7.2fx %6.2f-%.2fx" % (
-                (r["workload"].split(", ")[-1] + ": " + r["figure"])[:58],
+                (r["workload"].split("(")[-1].rstrip(")") + ": " + r["figure"])[:58],
                 r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
                 r["ratio_min"], r["ratio_max"]))
         elif "cast_share" in r:
