@@ -74,10 +74,12 @@ def test_command_line_exit_code_and_argv(tmp_path):
 
 def test_parser_keeps_script_arguments_for_the_script():
     parser = argparse.ArgumentParser(prog="mxmixed")
+    parser.add_argument("--version", action="version", version="mxmixed")
     add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["run", "--report", "r.json", "train.py", "--amp", "--report", "x"])
+    args = parser.parse_args(["run", "--report", "r.json", "train.py", "--amp", "--report", "x",
+                              "--version", "-h"])
     assert (args.report, args.script, args.args) == ("r.json", "train.py",
-                                                      ["--amp", "--report", "x"])
+                                                      ["--amp", "--report", "x", "--version", "-h"])
     assert args.no_emulation is False and args.func.__name__ == "main"
 
 
