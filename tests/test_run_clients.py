@@ -38,8 +38,11 @@ def image_folder(tmp_path_factory):
 def _run_client(tmp_path, script, args, runner_args=()):
     """``python -m mxmixed.run --report R CLIENT ARGS --save-metrics M``; (report, metrics)."""
     report, metrics = tmp_path / "report.json", tmp_path / "metrics.json"
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2",
-               MXNET_HOME=str(tmp_path / "mxnet_home"))  # nothing may come from a cache
+    # nothing may be downloaded (a dead proxy makes any attempt fail) or come from a cache
+    dead = "http://127.0.0.1:9"
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2", HOME=str(tmp_path / "home"),
+               MXNET_HOME=str(tmp_path / "mxnet_home"), HTTP_PROXY=dead, HTTPS_PROXY=dead,
+               http_proxy=dead, https_proxy=dead)
     command = ([sys.executable, "-m", "mxmixed.run", "--report", str(report)] + list(runner_args)
                + [os.path.join(CLIENTS, script)] + list(args)
                + ["--save-metrics", str(metrics), "--log-interval", "1"])
