@@ -20,6 +20,11 @@ import sys
 import time
 import traceback
 
+from mxnet.gluon import Trainer
+
+from . import emulation as emu
+from .diagnostics.nonfinite import nonfinite_gradients
+
 __all__ = ["add_parser", "main", "run_script", "StepRecorder"]
 
 
@@ -49,8 +54,6 @@ class StepRecorder:
     # ------------------------------------------------------------------ hooks
     def install(self):
         """Patch ``Trainer.step`` and ``Trainer.update``."""
-        from mxnet.gluon import Trainer
-
         for name in ("step", "update"):
             original = Trainer.__dict__[name]
             self._originals[name] = original
@@ -59,8 +62,6 @@ class StepRecorder:
 
     def uninstall(self):
         """Restore ``Trainer`` and every hooked scaler exactly as they were."""
-        from mxnet.gluon import Trainer
-
         for name, original in self._originals.items():
             setattr(Trainer, name, original)
         self._originals = {}
@@ -94,8 +95,6 @@ class StepRecorder:
         self._scalers.append(scaler)
 
     def _locate(self, params):
-        from .diagnostics.nonfinite import nonfinite_gradients
-
         found = nonfinite_gradients(list(params))
         if found:
             name, kind = found.origin
@@ -222,8 +221,6 @@ def run_script(script, argv=(), report=None, emulation=True):
     if not os.path.isfile(script):
         print("mxmixed run: error: script %s does not exist" % script, file=sys.stderr)
         return 2
-    from . import emulation as emu
-
     report = os.path.abspath(report) if report else None  # the script may chdir
     was_active = emu.emulation_active()
     if emulation:
