@@ -16,7 +16,8 @@ Side by side, in persistent worker processes (``_workers.compare``):
   faster check would give. MXNet 1.9.1's CPU ``multi_all_finite`` visits every array up to the
   largest array's size.
 
-Then one profiled pass (``mx.profiler``, aggregate statistics) of the emulated AMP step splits the
+Then, in one process (no cross-process noise), three emulated AMP nets with MXNet's overflow
+check, the ``multi_sum_sq`` check and none, timed in alternating blocks; and one profiled pass (``mx.profiler``, aggregate statistics) of the emulated AMP step splits the
 operator time into casts (``amp_cast``, ``amp_multicast``, ``Cast``), the overflow check, and the
 rest. It says nothing about GPU speed: on a CPU the emulation is always slower than float32.
 
@@ -157,6 +158,56 @@ def profile(steps=5):
             "top_ops": [{"op": k, "ms_per_step": v / steps, "share": v / total} for k, v in top]}
 
 
+def check_ab(rounds=5, steps=3):
+    """In one process, three emulated AMP nets with MXNet's overflow check, the multi_sum_sq
+    check and none, timed in alternating blocks: ratios to MXNet's check (no cross-process
+    noise)."""
+    import statistics
+    import time
+
+    import mxnet as mx
+
+    namespace = {}
+    exec(SETUP, namespace)  # noqa: S102 - our own setup code, shared with the workers
+    variants = {"mxnet": namespace["setup"](amp_on=True),
+                "multi_sum_sq": namespace["setup"](amp_on=True, fast_check=True),
+                "none": namespace["setup"](amp_on=True, overflow_check=False)}
+    for step in variants.values():
+        for _ in range(3):
+            step()
+    mx.nd.waitall()
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, step in variants.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            mx.nd.waitall()
+            times[name].append((time.perf_counter() - start) / steps)
+    out = []
+    for name, label in (("multi_sum_sq", "overflow check by multi_sum_sq"),
+                        ("none", "no overflow check")):
+        ratios = [v / b for v, b in zip(times[name], times["mxnet"])]
+        out.append({"workload": "%s (oneDNN on, one process)" % WORKLOAD,
+                    "figure": "emulated AMP step, %s / MXNet's check" % label, "goal": None,
+                    "baseline_s_per_step": statistics.median(times["mxnet"]),
+                    "variant_s_per_step": statistics.median(times[name]),
+                    "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+                    "ratio_max": max(ratios), "rounds": rounds, "steps_per_round": steps})
+    return out
+
+
+def _in_child(flags, env=None):
+    """Run this script with ``flags`` in a fresh process; return its results or an error."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__)] + flags,
+                          capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE), **(env or {})))
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1][len("RESULT "):])
+    return [{"workload": WORKLOAD, "figure": " ".join(flags), "error": proc.stderr[-2000:]}]
+
+
 def run(rounds=5, steps=3):
     """Every comparison, then the profile; return a list of result dicts."""
     results = []
@@ -164,17 +215,10 @@ def run(rounds=5, steps=3):
         r = compare(SETUP, baseline, variant, rounds=rounds, steps=steps)
         r.update({"workload": "%s (%s)" % (WORKLOAD, label), "figure": figure, "goal": goal})
         results.append(r)
+    results += _in_child(["--check-ab-only", "--rounds", str(rounds), "--steps", str(steps)])
     # bulk execution off, so that the profiler names every operator on its own
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--profile-only"],
-                          capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE),
-                                   MXNET_EXEC_BULK_EXEC_TRAIN="0",
-                                   MXNET_EXEC_BULK_EXEC_INFERENCE="0"))
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("PROFILE ")]
-    if proc.returncode == 0 and lines:
-        results.append(json.loads(lines[-1][len("PROFILE "):]))
-    else:
-        results.append({"workload": WORKLOAD, "figure": "profile", "error": proc.stderr[-2000:]})
+    results += _in_child(["--profile-only"], {"MXNET_EXEC_BULK_EXEC_TRAIN": "0",
+                                            "MXNET_EXEC_BULK_EXEC_INFERENCE": "0"})
     return results
 
 
@@ -184,9 +228,13 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--profile-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--check-ab-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.profile_only:
-        print("PROFILE " + json.dumps(profile()))
+        print("RESULT " + json.dumps([profile()]))
+        return 0
+    if args.check_ab_only:
+        print("RESULT " + json.dumps(check_ab(args.rounds, args.steps)))
         return 0
     results = run(args.rounds, args.steps)
     print("SSD step under CPU float16 emulation (numerics, not speed)")
@@ -204,7 +252,7 @@ def main(argv=None):
                       100 * r["overflow_check_share"],
                       ", ".join("%s %.0f%%" % (t["op"], 100 * t["share"]) for t in r["top_ops"])))
         else:
-            print("profile failed: %s" % r.get("error", "")[-300:])
+            print("%s failed: %s" % (r["figure"], r.get("error", "")[-300:]))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
