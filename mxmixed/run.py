@@ -1,0 +1,323 @@
+"""``mxmixed run SCRIPT [ARGS...]``: any MXNet training script in float16 on a CPU, unmodified.
+
+The runner switches the CPU float16 emulation on in ``auto`` mode (only when no GPU is
+visible), then runs the script as ``__main__`` with its own arguments, as ``python SCRIPT
+ARGS...`` would: ``sys.argv`` is ``[SCRIPT, ARGS...]`` and ``sys.path[0]`` is the script's
+folder. The script's exit code is returned and its errors surface as its own traceback.
+
+With a report file it also records what happened in float16, for scripts that know nothing
+about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update`` and the AMP loss scaler's
+``has_overflow`` from the outside, and undoes the hooks when the script ends.
+
+Usage: ``mxmixed run [--report FILE] [--no-emulation] SCRIPT [ARGS...]``, or
+``python -m mxmixed.run ...``.
+"""
+import argparse
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+from mxnet.gluon import Trainer
+
+from . import emulation as emu
+from .diagnostics.nonfinite import nonfinite_gradients
+
+__all__ = ["add_parser", "main", "run_script", "StepRecorder"]
+
+
+class StepRecorder:
+    """Hooks on ``gluon.Trainer`` that record every optimizer step of a script.
+
+    For each ``Trainer.step`` / ``Trainer.update`` call it records the step's wall time, the AMP
+    loss scale the step's gradients were scaled with, whether the step was skipped on overflow
+    (read from the trainer's ``_amp_loss_scaler.has_overflow``), and, once, the first parameter
+    gradient that held inf or NaN. Without a loss scaler (``cast('float16')`` training) the
+    gradients are checked before each update until the first non-finite one is found.
+
+    .. note::
+       The hooks patch the ``Trainer`` class and the scaler instances in place; always call
+       :meth:`uninstall` (the runner does, also when the script raises).
+    """
+
+    def __init__(self):
+        self.steps = []
+        self.first_nonfinite = None
+        self.trainers = []
+        self._originals = {}
+        self._scalers = []
+        self._last_end = None
+        self._pending = None
+
+    # ------------------------------------------------------------------ hooks
+    def install(self):
+        """Patch ``Trainer.step`` and ``Trainer.update``."""
+        for name in ("step", "update"):
+            original = Trainer.__dict__[name]
+            self._originals[name] = original
+            setattr(Trainer, name, self._wrap(original, name))
+        return self
+
+    def uninstall(self):
+        """Restore ``Trainer`` and every hooked scaler exactly as they were."""
+        for name, original in self._originals.items():
+            setattr(Trainer, name, original)
+        self._originals = {}
+        for scaler in self._scalers:
+            if "has_overflow" in getattr(scaler, "__dict__", {}):
+                del scaler.has_overflow
+        self._scalers = []
+
+    def _trainer_index(self, trainer):
+        for n, known in enumerate(self.trainers):
+            if known is trainer:
+                return n
+        self.trainers.append(trainer)
+        return len(self.trainers) - 1
+
+    def _hook_scaler(self, scaler):
+        if scaler is None or "has_overflow" in getattr(scaler, "__dict__", {}):
+            return
+        original = scaler.has_overflow
+        recorder = self
+
+        def has_overflow(*args, **kwargs):
+            overflow = original(*args, **kwargs)
+            if recorder._pending is not None:
+                recorder._pending["skipped"] = bool(overflow)
+                if overflow and recorder.first_nonfinite is None and args:
+                    recorder._locate(args[0])
+            return overflow
+
+        scaler.has_overflow = has_overflow
+        self._scalers.append(scaler)
+
+    def _locate(self, params):
+        found = nonfinite_gradients(list(params))
+        if found:
+            name, kind = found.origin
+            self.first_nonfinite = {
+                "step": len(self.steps) + 1, "tensor": "gradient of %s" % name, "kind": kind,
+                "parameters_affected": len(found), "parameters_checked": found.total,
+                "description": found.describe()}
+        return bool(found)
+
+    def _wrap(self, original, name):
+        recorder = self
+
+        def hooked(trainer, *args, **kwargs):
+            scaler = getattr(trainer, "_amp_loss_scaler", None)
+            recorder._hook_scaler(scaler)
+            record = {"step": len(recorder.steps) + 1, "call": name,
+                      "trainer": recorder._trainer_index(trainer)}
+            if scaler is not None:
+                record["loss_scale"] = float(scaler.loss_scale)
+                record["skipped"] = None
+            elif recorder.first_nonfinite is None:
+                recorder._locate(trainer._params)
+            recorder._pending = record
+            start = time.perf_counter()
+            try:
+                return original(trainer, *args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                recorder._pending = None
+                record["call_s"] = end - start
+                record["iteration_s"] = (None if recorder._last_end is None
+                                         else end - recorder._last_end)
+                recorder._last_end = end
+                if scaler is not None:
+                    record["next_loss_scale"] = float(scaler.loss_scale)
+                recorder.steps.append(record)
+
+        hooked.__wrapped__ = original
+        hooked.__name__ = original.__name__
+        hooked.__doc__ = original.__doc__
+        return hooked
+
+    # ------------------------------------------------------------------ summary
+    def summary(self):
+        """What the steps add up to: counts, skipped steps, loss scales, step times.
+
+        Returns
+        -------
+        dict
+        """
+        scaled = [s for s in self.steps if "loss_scale" in s]
+        skipped = [s["step"] for s in scaled if s.get("skipped")]
+        times = sorted(s["iteration_s"] for s in self.steps if s["iteration_s"] is not None)
+        out = {"steps": len(self.steps), "amp_loss_scaler": bool(scaled),
+               "skipped": len(skipped), "skipped_steps": skipped,
+               "median_iteration_s": times[len(times) // 2] if times else None,
+               "first_nonfinite": self.first_nonfinite}
+        if scaled:
+            out["loss_scale_first"] = scaled[0]["loss_scale"]
+            out["loss_scale_last"] = scaled[-1]["next_loss_scale"]
+            out["loss_scale_min"] = min(s["loss_scale"] for s in scaled)
+        return out
+
+
+def _write_json(path, payload):
+    """Write ``payload`` as JSON atomically (temporary file, then rename)."""
+    path = os.path.abspath(path)
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        json.dump(payload, handle, indent=2, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def _print_script_traceback(exc, script):
+    """Print ``exc`` with the runner's frames cut: from the script's first frame on."""
+    tb = exc.__traceback__
+    script = os.path.realpath(script)
+    here = {os.path.realpath(__file__), os.path.realpath(runpy.__file__)}
+    cut = tb
+    while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) != script:
+        cut = cut.tb_next
+    if cut is None:  # e.g. a SyntaxError: no frame of the script ran; drop only our own
+        cut = tb
+        while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) in here:
+            cut = cut.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, cut)))
+    sys.stderr.flush()
+
+
+def _exit_code(code):
+    """The process exit status ``sys.exit(code)`` gives, printing a message code."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_script(script, argv=(), report=None, emulation=True):
+    """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
+
+    Parameters
+    ----------
+    script : str
+        Path of the Python script; it is never modified.
+    argv : sequence of str
+        The script's arguments (``sys.argv[1:]`` inside it).
+    report : str, optional
+        Write the float16 story of the run here as JSON: the loss scale per step, skipped
+        steps, the first non-finite gradient, step times.
+    emulation : bool, default True
+        Switch the CPU float16 emulation on in ``auto`` mode (only when no GPU is visible).
+        False runs the script as plain MXNet, as a baseline.
+
+    Returns
+    -------
+    int
+        The script's exit status: 0 when it ends normally, its ``SystemExit`` code, 1 on an
+        uncaught exception (its traceback is printed from the script's own frames on), 2 when
+        the script does not exist.
+    """
+    if not os.path.isfile(script):
+        print("mxmixed run: error: script %s does not exist" % script, file=sys.stderr)
+        return 2
+    report = os.path.abspath(report) if report else None  # the script may chdir
+    was_active = emu.emulation_active()
+    if emulation:
+        emu.enable(mode="auto")
+    state = {"requested": bool(emulation), "active": emu.emulation_active(),
+             "description": emu.describe() if hasattr(emu, "describe") else None}
+    recorder = StepRecorder().install() if report else None
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [script] + list(argv)
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    error, start = None, time.perf_counter()
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        code, error = 130, "KeyboardInterrupt"
+    except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
+        _print_script_traceback(exc, script)
+        code, error = 1, "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    finally:
+        wall = time.perf_counter() - start
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if recorder is not None:
+            recorder.uninstall()
+        if emulation and not was_active and emu.emulation_active():
+            emu.disable()
+    if report:
+        _write_json(report, {
+            "script": os.path.abspath(script), "argv": list(argv), "exit_code": code,
+            "error": error, "wall_s": wall, "emulation": state,
+            "summary": recorder.summary(), "steps": recorder.steps})
+    return code
+
+
+def add_parser(subparsers):
+    """Add the ``run`` command to an ``argparse`` subparsers object.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``parser.add_subparsers()``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``run`` parser; its default ``func`` is :func:`main`.
+    """
+    parser = subparsers.add_parser(
+        "run", help="run any MXNet training script with CPU float16 emulation",
+        description="Run SCRIPT as __main__ with ARGS, as 'python SCRIPT ARGS' would, with the "
+                    "CPU float16 emulation switched on when no GPU is visible. Returns the "
+                    "script's exit code. The script is never modified.")
+    _add_arguments(parser)
+    parser.set_defaults(func=main)
+    return parser
+
+
+def _add_arguments(parser):
+    parser.add_argument("--report", metavar="FILE",
+                        help="write the float16 story as JSON: AMP loss scale per step, "
+                             "skipped steps, the first non-finite gradient, step times")
+    parser.add_argument("--no-emulation", action="store_true",
+                        help="run as plain MXNet, as a baseline")
+    parser.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="the script's arguments")
+
+
+def main(args):
+    """Run the ``run`` command from parsed arguments.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``script``, ``args``, ``report`` and ``no_emulation``.
+
+    Returns
+    -------
+    int
+        The script's exit status.
+    """
+    return run_script(args.script, args.args, report=args.report,
+                      emulation=not args.no_emulation)
+
+
+def _standalone(argv=None):
+    parser = argparse.ArgumentParser(prog="mxmixed run", description=__doc__.split("\n")[0])
+    _add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(_standalone())
