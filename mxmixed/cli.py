@@ -5,12 +5,13 @@ argparse checks the types and choices of the options, and :func:`parse_shape` re
 The heavy subcommands (``demo``, ``convert``) import MXNet and their modules only when run.
 """
 import argparse
-import math
+import importlib
 import os
 import re
 import sys
-import tempfile
 
+from ._preflight import (CLIError, check_memory, check_out_prefix, estimate_convert_memory,
+                         prepare_out_dir)
 from ._progress import bars_wanted
 from ._version import __version__
 
@@ -33,14 +34,6 @@ exit codes:
      forward pass that would not fit in the available memory; nothing written
   3  writing the converted pair failed (disk full, I/O error); no new pair was written
 """
-
-
-class CLIError(Exception):
-    """A bad command-line input, reported as one line and exit code ``code``."""
-
-    def __init__(self, message, code=EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,128 +102,22 @@ def _dtype(text):
     return text
 
 
-# ------------------------------------------------------------------ output locations
-def _probe_writable(folder, what):
-    """Create and remove a file in ``folder``: catches read-only mounts, /proc and permissions."""
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".mxmixed-probe-", dir=folder)
-        os.close(handle)
-        os.remove(probe)
-    except OSError as err:
-        raise CLIError("cannot write in %s %s: %s" % (what, folder, err.strerror or err)) from None
-
-
-def prepare_out_dir(path, what="results folder"):
-    """Create ``path`` if missing and check that files can be written in it.
-
-    Raises
-    ------
-    CLIError
-        One line, when ``path`` is a file, cannot be created or is not writable.
-    """
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise CLIError("%s %s exists and is not a folder" % (what, path))
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as err:
-        raise CLIError("cannot create %s %s: %s" % (what, path, err.strerror or err)) from None
-    _probe_writable(path, what)
-
-
-def _check_out_prefix(out, in_files, out_files):
-    """The rules for ``--out`` (see CONVERT_EPILOG), checked before any expensive work."""
-    name = os.path.basename(out)
-    if name in ("", ".", "..") or os.path.isdir(out):
-        raise CLIError("--out %r is a folder; give a file prefix inside it, such as %s"
-                       % (out, os.path.join(out, "model16")))
-    if any(os.path.realpath(i) == os.path.realpath(o) for i in in_files for o in out_files):
-        raise CLIError("the output prefix %r would overwrite the input checkpoint; choose "
-                       "another --out" % out)
-    folder = os.path.dirname(os.path.abspath(out_files[0]))
-    if not os.path.isdir(folder):
-        raise CLIError("output folder %s does not exist" % folder
-                       if not os.path.exists(folder) else "%s is not a folder" % folder)
-    for path in out_files:
-        if os.path.isdir(path):
-            raise CLIError("%s is a folder; it cannot be replaced by the converted file" % path)
-    _probe_writable(folder, "output folder")
-
-
-# ------------------------------------------------------------------ memory
-def available_memory():
-    """Bytes of memory available to a new allocation: MemAvailable, else free pages.
-
-    Returns
-    -------
-    int or None
-        None when neither ``/proc/meminfo`` nor ``os.sysconf`` tells.
-    """
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _size(shape):
-    return math.prod(int(dim) for dim in shape)
-
-
-def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
-    """Bytes that ``convert`` with ``count`` samples would need, from shape inference alone.
-
-    The float32 samples, plus, for each of the float32 and the float16 model: every
-    intermediate output of one batch in float32 (what the CPU emulation computes in) and the
-    outputs kept for all samples.
-
-    Parameters
-    ----------
-    sym : mxnet.symbol.Symbol
-    data_name : str
-    sample_shape : tuple of int
-        One sample, without the batch axis.
-    count, batch_size : int
-
-    Returns
-    -------
-    int
-    """
-    batch = min(batch_size, count)
-    internals = sym.get_internals()
-    _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
-    _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
-    activations = sum(_size(s) for s in inner or ())
-    kept = count * sum(_size(s) for s in outputs or ())
-    return 4 * (count * _size(sample_shape) + 2 * (activations + kept))
-
-
-def _check_memory(needed, what):
-    available = available_memory()
-    if available is not None and needed > available:
-        raise CLIError("%s need about %.3g GB of memory, more than the %.3g GB available; use "
-                       "fewer --validate samples or a smaller --input-shape / --batch-size"
-                       % (what, needed / 1e9, available / 1e9))
-
-
 # ------------------------------------------------------------------ commands
-def _cmd_info(args):
-    from .sysinfo import collect, format_info
+def _subcommand(module):
+    """Import ``mxmixed.<module>`` when its command runs, so that ``--help`` and ``--version``
+    load no MXNet; the one place where the CLI imports mxmixed modules lazily."""
+    return importlib.import_module("mxmixed." + module)
 
-    print(format_info(collect()))
+
+def _cmd_info(args):
+    sysinfo = _subcommand("sysinfo")
+    print(sysinfo.format_info(sysinfo.collect()))
     return EXIT_OK
 
 
 def _cmd_demo(args):
     prepare_out_dir(args.out)
-    from .tutorial.demo import run_demo  # lazy: the demo loads the tutorial code
-
-    run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
+    _subcommand("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
     return EXIT_OK
 
 
@@ -271,15 +158,14 @@ def _samples(args, shape, mapped, count, strict):
 def _cmd_convert(args):
     import mxnet as mx
 
-    from . import symbolic
-
+    symbolic = _subcommand("symbolic")
     tolerance = args.tolerance or args.search_tolerance or 0.01
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if wants_samples and not (args.inputs or args.input_shape):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W")
     in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
-    _check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
+    check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
         data_names = symbolic.data_inputs(sym, arg_params, aux_params)
@@ -291,7 +177,7 @@ def _cmd_convert(args):
             symbolic.check_params(sym, arg_params, aux_params, source="the params",
                                   data_shapes={data_names[0]: (1,) + shape})
             count = args.validate or 8
-            _check_memory(estimate_convert_memory(sym, data_names[0], shape, count,
+            check_memory(estimate_convert_memory(sym, data_names[0], shape, count,
                                                   args.batch_size),
                           "%d samples of shape %s and a forward pass at batch size %d"
                           % (count, ",".join(map(str, shape)), args.batch_size))
@@ -340,6 +226,11 @@ def _cmd_convert(args):
                else "nothing written (--keep-failed writes anyway)", tolerance),
             EXIT_VALIDATION_FAILED)
     return EXIT_OK
+
+
+def _cmd_run(args):
+    return _subcommand("run").run_script(args.script, args.args, report=args.report,
+                                         emulation=not args.no_emulation)
 
 
 # ------------------------------------------------------------------ parser
@@ -408,6 +299,20 @@ def build_parser():
     conv.add_argument("--seed", type=_int_at_least(0), default=0,
                       help="seed of the random samples")
     conv.set_defaults(func=_cmd_convert)
+    run = sub.add_parser(
+        "run", help="run any MXNet training script with the CPU float16 emulation",
+        description="Run SCRIPT as __main__ with ARGS, as 'python SCRIPT ARGS' would, with the "
+                    "CPU float16 emulation switched on when no GPU is visible. Returns the "
+                    "script's exit code. The script is never modified.")
+    run.add_argument("--report", metavar="FILE",
+                     help="write the float16 story as JSON: AMP loss scale per step, skipped "
+                          "steps, the first non-finite gradient, step times")
+    run.add_argument("--no-emulation", action="store_true",
+                     help="run as plain MXNet, as a baseline")
+    run.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="the script's arguments (all of them, options included)")
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

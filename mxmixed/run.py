@@ -12,7 +12,6 @@ about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update`` and the AMP lo
 Usage: ``mxmixed run [--report FILE] [--no-emulation] SCRIPT [ARGS...]``, or
 ``python -m mxmixed.run ...``.
 """
-import argparse
 import json
 import os
 import runpy
@@ -23,9 +22,10 @@ import traceback
 from mxnet.gluon import Trainer
 
 from . import emulation as emu
+from ._io import atomic_write
 from .diagnostics.nonfinite import nonfinite_gradients
 
-__all__ = ["add_parser", "main", "run_script", "StepRecorder"]
+__all__ = ["run_script", "StepRecorder"]
 
 
 class StepRecorder:
@@ -160,13 +160,8 @@ class StepRecorder:
 
 
 def _write_json(path, payload):
-    """Write ``payload`` as JSON atomically (temporary file, then rename)."""
-    path = os.path.abspath(path)
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    """Write ``payload`` as JSON atomically."""
+    atomic_write(os.path.abspath(path), json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def _print_script_traceback(exc, script):
@@ -262,62 +257,7 @@ def run_script(script, argv=(), report=None, emulation=True):
     return code
 
 
-def add_parser(subparsers):
-    """Add the ``run`` command to an ``argparse`` subparsers object.
+if __name__ == "__main__":  # python -m mxmixed.run ... is mxmixed run ...
+    from .cli import main as _cli_main
 
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        From ``parser.add_subparsers()``.
-
-    Returns
-    -------
-    argparse.ArgumentParser
-        The ``run`` parser; its default ``func`` is :func:`main`.
-    """
-    parser = subparsers.add_parser(
-        "run", help="run any MXNet training script with CPU float16 emulation",
-        description="Run SCRIPT as __main__ with ARGS, as 'python SCRIPT ARGS' would, with the "
-                    "CPU float16 emulation switched on when no GPU is visible. Returns the "
-                    "script's exit code. The script is never modified.")
-    _add_arguments(parser)
-    parser.set_defaults(func=main)
-    return parser
-
-
-def _add_arguments(parser):
-    parser.add_argument("--report", metavar="FILE",
-                        help="write the float16 story as JSON: AMP loss scale per step, "
-                             "skipped steps, the first non-finite gradient, step times")
-    parser.add_argument("--no-emulation", action="store_true",
-                        help="run as plain MXNet, as a baseline")
-    parser.add_argument("script", metavar="SCRIPT", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                        help="the script's arguments")
-
-
-def main(args):
-    """Run the ``run`` command from parsed arguments.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        With ``script``, ``args``, ``report`` and ``no_emulation``.
-
-    Returns
-    -------
-    int
-        The script's exit status.
-    """
-    return run_script(args.script, args.args, report=args.report,
-                      emulation=not args.no_emulation)
-
-
-def _standalone(argv=None):
-    parser = argparse.ArgumentParser(prog="mxmixed run", description=__doc__.split("\n")[0])
-    _add_arguments(parser)
-    return main(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(_standalone())
+    sys.exit(_cli_main(["run"] + sys.argv[1:]))

@@ -14,7 +14,7 @@ __all__ = ["collect", "format_info", "layout", "LAYERS", "PINNED_PACKAGES"]
 
 LAYERS = (
     ("aside", ("tutorial", "testing")),
-    ("faces", ("cli", "launch", "sysinfo", "run")),
+    ("faces", ("cli", "launch", "sysinfo", "run", "_preflight")),
     ("upper", ("symbolic", "diagnostics")),
     ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
                   "_ckpt_format")),

@@ -12,7 +12,7 @@ import pytest
 import mxnet as mx
 from mxnet.gluon import nn
 
-from mxmixed import cli, symbolic
+from mxmixed import _preflight, cli, symbolic
 from mxmixed.tutorial import digits_cnn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,17 +175,17 @@ def test_huge_input_shape_is_refused_before_allocating(any_size, tmp_path, capsy
 def test_memory_guard_uses_shape_inference_and_the_available_memory(any_size, tmp_path, capsys,
                                                                     monkeypatch):
     sym = mx.sym.load(any_size + "-symbol.json")
-    small = cli.estimate_convert_memory(sym, "data", (1, 8, 8), count=4, batch_size=2)
-    large = cli.estimate_convert_memory(sym, "data", (1, 80, 80), count=4, batch_size=2)
+    small = _preflight.estimate_convert_memory(sym, "data", (1, 8, 8), count=4, batch_size=2)
+    large = _preflight.estimate_convert_memory(sym, "data", (1, 80, 80), count=4, batch_size=2)
     # samples (4 x 64 floats) and two runs of the conv output (2 x 8 x 6 x 6) at least
     assert small >= 4 * (4 * 64 + 2 * 2 * 8 * 36)
     assert 50 < large / small < 200  # it grows with the image area
-    monkeypatch.setattr(cli, "available_memory", lambda: small - 1)
+    monkeypatch.setattr(_preflight, "available_memory", lambda: small - 1)
     code, _, err = _run(["convert", any_size, "0", "--out", str(tmp_path / "any16"),
                          "--validate", "4", "--batch-size", "2", "--input-shape", "1,8,8"],
                         capsys)
     assert code == 2 and "more than the" in err
-    monkeypatch.setattr(cli, "available_memory", lambda: small + 1)
+    monkeypatch.setattr(_preflight, "available_memory", lambda: small + 1)
     code, _, err = _run(["convert", any_size, "0", "--out", str(tmp_path / "any16"),
                          "--validate", "4", "--batch-size", "2", "--input-shape", "1,8,8"],
                         capsys)
@@ -193,7 +193,7 @@ def test_memory_guard_uses_shape_inference_and_the_available_memory(any_size, tm
 
 
 def test_available_memory_reads_meminfo():
-    available = cli.available_memory()
+    available = _preflight.available_memory()
     assert available is not None and available > 0
 
 

@@ -1,7 +1,6 @@
 """``mxmixed run``: a script runs as ``__main__`` with its argv, exit code and traceback; the
 hooks behind ``--report`` come off again; the report tells the float16 story of a script that
 knows nothing about mxmixed; ``--no-emulation`` is the plain-MXNet baseline."""
-import argparse
 import json
 import os
 import subprocess
@@ -12,7 +11,8 @@ import pytest
 from mxnet import gluon
 
 from mxmixed import emulation
-from mxmixed.run import add_parser, run_script
+from mxmixed.cli import build_parser
+from mxmixed.run import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,14 +73,11 @@ def test_command_line_exit_code_and_argv(tmp_path):
 
 
 def test_parser_keeps_script_arguments_for_the_script():
-    parser = argparse.ArgumentParser(prog="mxmixed")
-    parser.add_argument("--version", action="version", version="mxmixed")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["run", "--report", "r.json", "train.py", "--amp", "--report", "x",
+    args = build_parser().parse_args(["run", "--report", "r.json", "train.py", "--amp", "--report", "x",
                               "--version", "-h"])
     assert (args.report, args.script, args.args) == ("r.json", "train.py",
                                                       ["--amp", "--report", "x", "--version", "-h"])
-    assert args.no_emulation is False and args.func.__name__ == "main"
+    assert args.no_emulation is False and args.func.__name__ == "_cmd_run"
 
 
 # ----------------------------------------------------------------------------- tracebacks

@@ -19,7 +19,6 @@ from ..training import loss_scaler
 from .data import digits_arrays, digits_loaders
 from .fit import compare_precisions, evaluate, format_comparison
 from .models import digits_cnn
-from .training import loss_scaler
 
 __all__ = ["run_demo"]
 

@@ -1,0 +1,157 @@
+"""Checks made before any expensive work: output locations and memory (``mxmixed`` commands).
+
+Each check fails with a one-line :class:`CLIError` before a model is loaded or a sample is
+allocated, so that a bad location or an impossible size never costs a validation run.
+"""
+import math
+import os
+import tempfile
+
+__all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
+           "estimate_convert_memory", "check_memory"]
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A bad command-line input, reported as one line and exit code ``code``."""
+
+    def __init__(self, message, code=EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+
+# ------------------------------------------------------------------ output locations
+def _probe_writable(folder, what):
+    """Create and remove a file in ``folder``: catches read-only mounts, /proc and permissions."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".mxmixed-probe-", dir=folder)
+        os.close(handle)
+        os.remove(probe)
+    except OSError as err:
+        raise CLIError("cannot write in %s %s: %s" % (what, folder, err.strerror or err)) from None
+
+
+def prepare_out_dir(path, what="results folder"):
+    """Create ``path`` if missing and check that files can be written in it.
+
+    Raises
+    ------
+    CLIError
+        One line, when ``path`` is a file, cannot be created or is not writable.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CLIError("%s %s exists and is not a folder" % (what, path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise CLIError("cannot create %s %s: %s" % (what, path, err.strerror or err)) from None
+    _probe_writable(path, what)
+
+
+def check_out_prefix(out, in_files, out_files):
+    """Check the rules for ``--out`` (see ``mxmixed convert --help``) before any expensive work.
+
+    Parameters
+    ----------
+    out : str
+        The output prefix.
+    in_files, out_files : list of str
+        The input and output checkpoint files.
+
+    Raises
+    ------
+    CLIError
+        One line, when ``out`` is a folder, would overwrite the input, or cannot be written.
+    """
+    name = os.path.basename(out)
+    if name in ("", ".", "..") or os.path.isdir(out):
+        raise CLIError("--out %r is a folder; give a file prefix inside it, such as %s"
+                       % (out, os.path.join(out, "model16")))
+    if any(os.path.realpath(i) == os.path.realpath(o) for i in in_files for o in out_files):
+        raise CLIError("the output prefix %r would overwrite the input checkpoint; choose "
+                       "another --out" % out)
+    folder = os.path.dirname(os.path.abspath(out_files[0]))
+    if not os.path.isdir(folder):
+        raise CLIError("output folder %s does not exist" % folder
+                       if not os.path.exists(folder) else "%s is not a folder" % folder)
+    for path in out_files:
+        if os.path.isdir(path):
+            raise CLIError("%s is a folder; it cannot be replaced by the converted file" % path)
+    _probe_writable(folder, "output folder")
+
+
+# ------------------------------------------------------------------ memory
+def available_memory():
+    """Bytes of memory available to a new allocation: MemAvailable, else free pages.
+
+    Returns
+    -------
+    int or None
+        None when neither ``/proc/meminfo`` nor ``os.sysconf`` tells.
+    """
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(shape):
+    return math.prod(int(dim) for dim in shape)
+
+
+def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
+    """Bytes that ``convert`` with ``count`` samples would need, from shape inference alone.
+
+    The float32 samples, plus, for each of the float32 and the float16 model: every
+    intermediate output of one batch in float32 (what the CPU emulation computes in) and the
+    outputs kept for all samples.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    data_name : str
+    sample_shape : tuple of int
+        One sample, without the batch axis.
+    count, batch_size : int
+
+    Returns
+    -------
+    int
+    """
+    batch = min(batch_size, count)
+    internals = sym.get_internals()
+    _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
+    _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
+    activations = sum(_size(s) for s in inner or ())
+    kept = count * sum(_size(s) for s in outputs or ())
+    return 4 * (count * _size(sample_shape) + 2 * (activations + kept))
+
+
+def check_memory(needed, what):
+    """Refuse, in one line, work that needs more than the available memory.
+
+    Parameters
+    ----------
+    needed : int
+        Bytes, e.g. from :func:`estimate_convert_memory`.
+    what : str
+        What needs them, for the message.
+
+    Raises
+    ------
+    CLIError
+    """
+    available = available_memory()
+    if available is not None and needed > available:
+        raise CLIError("%s need about %.3g GB of memory, more than the %.3g GB available; use "
+                       "fewer --validate samples or a smaller --input-shape / --batch-size"
+                       % (what, needed / 1e9, available / 1e9))
