@@ -127,8 +127,9 @@ def api_model():
     """
     modules = {name: importlib.import_module(name) for name in _public_modules()}
     pages = [m for m in modules if m not in FOLDED]
-    exports = {m: [a for a in getattr(mod, "__all__", ()) if hasattr(mod, a)
-                   and not inspect.ismodule(getattr(mod, a))] for m, mod in modules.items()}
+    exports = {m: [a for a in getattr(mod, "__all__", ()) if hasattr(mod, a) and not
+                   a.startswith("__") and not inspect.ismodule(getattr(mod, a))]
+               for m, mod in modules.items()}
     rank = {name: i for i, name in enumerate(pages)}
     owner, aliases = {}, {}   # (module, name) -> canonical full name; any path -> canonical
     for m in modules:
@@ -206,7 +207,7 @@ html_css_files = ["mxmixed.css"]
 html_theme_options = {
     "description": "float16 mixed precision for Apache MXNet 1.9.1",
     "fixed_sidebar": True,
-    "page_width": "1180px",
+    "page_width": "1240px",
     "sidebar_width": "240px",
     "show_powered_by": False,
 }
