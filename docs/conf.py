@@ -11,7 +11,7 @@
   :func:`resolve_public_name`, so ``-n`` (nitpicky) finds only what is really missing.
 * **Tutorials**: ``tutorials/*.ipynb`` (``docs/tutorials`` is a symbolic link to that folder),
   rendered by myst-nb from their stored outputs (nothing is executed at build time); each page
-  links its ``.ipynb`` for download (``_templates/layout.html``, :func:`copy_notebooks`).
+  links its ``.ipynb`` for download (``_templates/page.html``, :func:`copy_notebooks`).
 * **Offline**: no intersphinx, no remote scripts or fonts; ``tests/test_docs.py`` checks it.
 """
 import importlib
