@@ -199,6 +199,37 @@ def resolve_public_name(app, env, node, contnode):
     return None
 
 
+# Bare names that are also everyday words: in prose they are linked only through an explicit role.
+NOT_AUTOLINKED = {"init", "step", "convert", "validate", "enable", "disable", "describe", "main",
+                  "rank", "collect", "fit", "save", "load", "announce", "tokenize", "batchify",
+                  "unscale", "emulated"}
+
+
+def link_api_names(app, doctree):
+    """Turn inline code that names a documented object (``mxmixed.init_trainer``,
+    ``LossScaler``, ``find_overflow()``) into a link, in the guide pages and the tutorials."""
+    from docutils import nodes
+    from sphinx import addnodes
+
+    source = str(app.env.doc2path(app.env.docname))
+    if not source.endswith((".md", ".ipynb")):
+        return
+    for literal in list(doctree.findall(nodes.literal)):
+        if isinstance(literal.parent, (nodes.reference, addnodes.pending_xref)):
+            continue
+        text = literal.astext().strip()
+        name = text.removesuffix("()")
+        if name in NOT_AUTOLINKED or not name.replace(".", "").replace("_", "").isalnum():
+            continue
+        target = API["aliases"].get(name)
+        if target is None or target == PACKAGE and name != PACKAGE:
+            continue
+        xref = addnodes.pending_xref("", refdomain="py", reftype="obj", reftarget=target,
+                                     refexplicit=True, refwarn=True)
+        literal.replace_self(xref)
+        xref += literal
+
+
 # -- HTML --------------------------------------------------------------------------------------
 html_theme = "alabaster"
 html_title = "mxmixed %s" % release
@@ -306,6 +337,7 @@ def setup(app):
     app.connect("builder-inited", report_problems)
     app.connect("autodoc-process-docstring", move_directives_out_of_parameters, priority=100)
     app.connect("missing-reference", resolve_public_name)
+    app.connect("doctree-read", link_api_names)
     app.connect("html-page-context", notebook_link)
     app.connect("build-finished", copy_notebooks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
