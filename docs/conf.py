@@ -20,6 +20,7 @@ import os
 import pkgutil
 import shutil
 import sys
+import types
 import warnings
 
 from sphinx.util import logging
@@ -30,6 +31,10 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import mxmixed  # noqa: E402  (needs ROOT on sys.path)
+
+# autosummary imports every submodule it finds; importing ``python -m mxmixed``'s entry point
+# would run the command line with Sphinx's arguments.
+sys.modules.setdefault("mxmixed.__main__", types.ModuleType("mxmixed.__main__"))
 
 LOG = logging.getLogger("mxmixed.docs")
 _SHOWWARNING = warnings.showwarning
