@@ -259,6 +259,12 @@ html_copy_source = False
 html_last_updated_fmt = None
 
 
+def fill_api_index(app, docname, source):
+    """List every API module on the API index page (``{{ api_modules }}`` in ``api.rst``)."""
+    if docname == "api":
+        source[0] = source[0].replace("{{ api_modules }}", "\n   ".join(API["pages"]))
+
+
 def notebook_link(app, pagename, templatename, context, doctree):
     """Tell ``layout.html`` which ``.ipynb`` a tutorial page comes from."""
     source = app.env.doc2path(pagename, base=False) if pagename in app.env.all_docs else None
@@ -343,6 +349,7 @@ def setup(app):
     app.connect("autodoc-process-docstring", move_directives_out_of_parameters, priority=100)
     app.connect("missing-reference", resolve_public_name)
     app.connect("doctree-read", link_api_names)
+    app.connect("source-read", fill_api_index)
     app.connect("html-page-context", notebook_link)
     app.connect("build-finished", copy_notebooks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -155,6 +155,10 @@ def test_api_pages_one_per_module_gluon_core_first_under_the_import_path(site):
     assert -1 not in links and links == sorted(links), links
     index = _page(site, "api.html")
     assert 'href="genindex.html"' in index and 'href="py-modindex.html"' in index
+    # The API index lists every module page, the Gluon core first.
+    links = [index.find('href="api/%s.html"' % m) for m in MODULE_ORDER
+             if (site["html"] / "api" / ("%s.html" % m)).is_file()]
+    assert -1 not in links and links == sorted(links), links
     assert (site["html"] / "py-modindex.html").is_file()
 
 
