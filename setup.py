@@ -34,7 +34,8 @@ setup(
     extras_require={
         "cpu": ["mxnet==1.9.1"],
         "cu112": ["mxnet-cu112==1.9.1"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel",
+                 "import-linter>=2.16"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
     },
     entry_points={"console_scripts": ["mxmixed=mxmixed.cli:main"]},

@@ -28,7 +28,7 @@ def setup(model, amp_on, batch=64):
         amp.init()
     mx.random.seed(0)
     if model == "digits_cnn":
-        from mxmixed.models import digits_cnn
+        from mxmixed.tutorial import digits_cnn
         net = digits_cnn(seed=0)
         X = mx.nd.random.uniform(shape=(batch, 1, 8, 8))
     else:

@@ -29,7 +29,7 @@ WORKLOADS = [
 
 def _model(name):
     if name == "digits_cnn":
-        from mxmixed.models import DigitsCNN
+        from mxmixed.tutorial import DigitsCNN
 
         return DigitsCNN()
     from gluoncv.model_zoo import get_model

@@ -78,8 +78,8 @@ class LanguageModel(gluon.HybridBlock):
 def digits_net():
     """The project's DigitsCNN, or an equivalent inline net if mxmixed is mid-edit."""
     try:
-        from mxmixed.models import DigitsCNN
-        return DigitsCNN(), "mxmixed.models.DigitsCNN"
+        from mxmixed.tutorial import DigitsCNN
+        return DigitsCNN(), "mxmixed.tutorial.DigitsCNN"
     except Exception as err:  # noqa: BLE001 - the package may be broken while edited
         net = nn.HybridSequential()
         net.add(nn.Conv2D(16, 3, padding=1, use_bias=False), nn.BatchNorm(),

@@ -22,7 +22,7 @@ def setup(helpers, batch=64):
     from mxnet import autograd, gluon
     from mxnet.contrib import amp
     import mxmixed
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
     if helpers:
         mxmixed.init(emulate=True)
     else:

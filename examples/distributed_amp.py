@@ -114,7 +114,7 @@ def train(args):
 
     import mxmixed
     from mxmixed import distributed
-    from mxmixed.data import digits_arrays
+    from mxmixed.tutorial import digits_arrays, digits_cnn
 
     distributed.check_launched(args.kvstore)
     dist = distributed.is_distributed(args.kvstore)
@@ -136,7 +136,7 @@ def train(args):
         planted = (int(who), int(when))
 
     mxmixed.init()  # AMP before the net is built; float16 is emulated on CPU
-    net = mxmixed.digits_cnn(seed=args.seed, ctx=ctxs)
+    net = digits_cnn(seed=args.seed, ctx=ctxs)
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": args.lr, "momentum": args.momentum},

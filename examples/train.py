@@ -50,9 +50,7 @@ def main(argv=None):
 def run(args):
     import mxnet as mx
 
-    import mxmixed
-    from mxmixed.data import cifar10_loaders, digits_loaders
-    from mxmixed.fit import train_precision
+    from mxmixed.tutorial import cifar10_loaders, digits_cnn, digits_loaders, train_precision
 
     if args.amp and args.dtype == "float16":
         raise ValueError("--amp and --dtype float16 are two ways of mixed precision; pick one")
@@ -73,8 +71,8 @@ def run(args):
     def build_net():
         mx.random.seed(args.seed)
         if not gluoncv_model:
-            return mxmixed.digits_cnn(seed=args.seed, ctx=ctx, in_channels=channels,
-                                      image_size=size)
+            return digits_cnn(seed=args.seed, ctx=ctx, in_channels=channels,
+                              image_size=size)
         from gluoncv.model_zoo import get_model
 
         try:

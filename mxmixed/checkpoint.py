@@ -49,7 +49,7 @@ parameters, same loss scale, same skipped steps), on the same machine and MXNet 
   other numbers after a resume;
 * the batches come from a seeded NumPy generator whose state goes into ``extra`` (e.g.
   ``extra={"rng": rng.get_state(), "step": step}``, or
-  :meth:`mxmixed.data.SeededSampler.get_state`), and not from NumPy's global generator
+  :meth:`mxmixed.tutorial.data.SeededSampler.get_state`), and not from NumPy's global generator
   or Gluon's ``RandomSampler``;
 * the resumed process builds the same net and trainer the same way (``mxmixed.init()``
   before the net is built, the same optimizer class, :func:`mxmixed.init_trainer`) and

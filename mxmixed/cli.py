@@ -1,88 +1,271 @@
-"""The ``mxmixed`` command line (also ``python -m mxmixed``)."""
-import argparse
-import os
-import sys
+"""The ``mxmixed`` command line (also ``python -m mxmixed``).
 
+Every bad input is one line on stderr, ``mxmixed COMMAND: error: ...``, and a non-zero exit:
+argparse checks the types and choices of the options, and :func:`parse_shape` reads shapes.
+The heavy subcommands (``demo``, ``convert``) import MXNet and their modules only when run.
+"""
+import argparse
+import math
+import os
+import re
+import sys
+import tempfile
+
+from ._progress import bars_wanted
 from ._version import __version__
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_shape", "EXIT_OK", "EXIT_VALIDATION_FAILED",
+           "EXIT_USAGE", "EXIT_WRITE_FAILED"]
+
+# The exit codes of `mxmixed convert`, explained in CONVERT_EPILOG (its --help).
+EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
+
+CONVERT_EPILOG = """\
+output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
+(write --out somedir/model16). Its folder must exist and be writable; this is checked before
+any work. The input checkpoint is never overwritten.
+
+exit codes:
+  0  converted (and, with --validate, within --tolerance) and written
+  1  validation failed: float16 outputs are non-finite or off by more than --tolerance;
+     nothing written (with --keep-failed the files are written, and the exit code is still 1)
+  2  bad command line or input: options, checkpoint files, output location, or samples and a
+     forward pass that would not fit in the available memory; nothing written
+  3  writing the converted pair failed (disk full, I/O error); no new pair was written
+"""
 
 
 class CLIError(Exception):
-    """A bad command-line input, reported as one line and a non-zero exit."""
+    """A bad command-line input, reported as one line and exit code ``code``."""
+
+    def __init__(self, message, code=EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block), exit code 2."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))
+
+
+# ------------------------------------------------------------------ argument types
+def parse_shape(text):
+    """Read a shape written as comma-separated positive integers, e.g. ``"3,224,224"``.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    tuple of int
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For anything else: ``""``, ``"3,x,224"``, ``"0,3"``, ``"-1,3"``, ``"3,,4"``.
+    """
+    if not isinstance(text, str) or not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", text):
+        raise argparse.ArgumentTypeError(
+            "must be positive integers separated by commas, such as 3,224,224 (one sample, "
+            "without the batch axis), got %r" % (text,))
+    shape = tuple(int(part) for part in text.split(","))
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError("every size must be at least 1, got %r" % (text,))
+    return shape
+
+
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError("must be an integer, got %r" % (text,)) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError("must be at least %d, got %d" % (minimum, value))
+        return value
+    return parse
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number, got %r" % (text,))
+    return value
+
+
+def _dtype(text):
+    if text != "float16":
+        raise argparse.ArgumentTypeError(
+            "unsupported dtype %r: mxmixed converts to float16 only%s" % (text, (
+                "; MXNet's own amp.convert_model(target_dtype='bfloat16') does bfloat16 "
+                "(`mxmixed info` says whether this machine can run it)")
+                if text == "bfloat16" else ""))
+    return text
+
+
+# ------------------------------------------------------------------ output locations
+def _probe_writable(folder, what):
+    """Create and remove a file in ``folder``: catches read-only mounts, /proc and permissions."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".mxmixed-probe-", dir=folder)
+        os.close(handle)
+        os.remove(probe)
+    except OSError as err:
+        raise CLIError("cannot write in %s %s: %s" % (what, folder, err.strerror or err)) from None
+
+
+def prepare_out_dir(path, what="results folder"):
+    """Create ``path`` if missing and check that files can be written in it.
+
+    Raises
+    ------
+    CLIError
+        One line, when ``path`` is a file, cannot be created or is not writable.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CLIError("%s %s exists and is not a folder" % (what, path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise CLIError("cannot create %s %s: %s" % (what, path, err.strerror or err)) from None
+    _probe_writable(path, what)
+
+
+def _check_out_prefix(out, in_files, out_files):
+    """The rules for ``--out`` (see CONVERT_EPILOG), checked before any expensive work."""
+    name = os.path.basename(out)
+    if name in ("", ".", "..") or os.path.isdir(out):
+        raise CLIError("--out %r is a folder; give a file prefix inside it, such as %s"
+                       % (out, os.path.join(out, "model16")))
+    if any(os.path.realpath(i) == os.path.realpath(o) for i in in_files for o in out_files):
+        raise CLIError("the output prefix %r would overwrite the input checkpoint; choose "
+                       "another --out" % out)
+    folder = os.path.dirname(os.path.abspath(out_files[0]))
+    if not os.path.isdir(folder):
+        raise CLIError("output folder %s does not exist" % folder
+                       if not os.path.exists(folder) else "%s is not a folder" % folder)
+    for path in out_files:
+        if os.path.isdir(path):
+            raise CLIError("%s is a folder; it cannot be replaced by the converted file" % path)
+    _probe_writable(folder, "output folder")
+
+
+# ------------------------------------------------------------------ memory
+def available_memory():
+    """Bytes of memory available to a new allocation: MemAvailable, else free pages.
+
+    Returns
+    -------
+    int or None
+        None when neither ``/proc/meminfo`` nor ``os.sysconf`` tells.
+    """
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(shape):
+    return math.prod(int(dim) for dim in shape)
+
+
+def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
+    """Bytes that ``convert`` with ``count`` samples would need, from shape inference alone.
+
+    The float32 samples, plus, for each of the float32 and the float16 model: every
+    intermediate output of one batch in float32 (what the CPU emulation computes in) and the
+    outputs kept for all samples.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    data_name : str
+    sample_shape : tuple of int
+        One sample, without the batch axis.
+    count, batch_size : int
+
+    Returns
+    -------
+    int
+    """
+    batch = min(batch_size, count)
+    internals = sym.get_internals()
+    _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
+    _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
+    activations = sum(_size(s) for s in inner or ())
+    kept = count * sum(_size(s) for s in outputs or ())
+    return 4 * (count * _size(sample_shape) + 2 * (activations + kept))
+
+
+def _check_memory(needed, what):
+    available = available_memory()
+    if available is not None and needed > available:
+        raise CLIError("%s need about %.3g GB of memory, more than the %.3g GB available; use "
+                       "fewer --validate samples or a smaller --input-shape / --batch-size"
+                       % (what, needed / 1e9, available / 1e9))
+
+
+# ------------------------------------------------------------------ commands
 def _cmd_info(args):
     from .sysinfo import collect, format_info
 
     print(format_info(collect()))
-    return 0
+    return EXIT_OK
 
 
 def _cmd_demo(args):
-    from .demo import run_demo
+    prepare_out_dir(args.out)
+    from .tutorial.demo import run_demo  # lazy: the demo loads the tutorial code
 
-    if args.epochs < 1:
-        raise CLIError("--epochs must be at least 1")
-    run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed)
-    return 0
-
-
-def _parse_int(value, what, minimum=0):
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise CLIError("%s must be an integer, got %r" % (what, value)) from None
-    if number < minimum:
-        raise CLIError("%s must be at least %d, got %d" % (what, minimum, number))
-    return number
+    run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
+    return EXIT_OK
 
 
-def _parse_shape(text):
-    try:
-        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
-    except ValueError:
-        shape = ()
-    if not shape or any(d < 1 for d in shape):
-        raise CLIError("--input-shape must be positive integers such as 3,224,224 (one "
-                       "sample, without the batch axis), got %r" % (text,))
-    return shape
-
-
-def _same_file(a, b):
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _convert_inputs(args, count, data_shape_check, strict=True):
-    """The samples for validation and search: from --inputs (.npy) or random --input-shape.
-
-    With ``strict=False`` (the search without --validate) fewer samples than ``count`` do.
-    """
+def _sample_shape(args):
+    """The shape of one sample: from --input-shape, or read from the .npy header."""
     import numpy as np
 
-    if args.inputs:
-        if not os.path.isfile(args.inputs):
-            raise CLIError("inputs file %s does not exist" % args.inputs)
-        try:
-            samples = np.load(args.inputs, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
-                           % (args.inputs, str(err).splitlines()[0])) from None
-        if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
-            raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), "
-                           "got shape %s" % (args.inputs, samples.shape))
-        if not strict:
-            count = min(count, len(samples))
-        if len(samples) < count:
-            raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
-                           % (args.inputs, len(samples), count))
-        samples = samples[:count].astype(np.float32)
-    else:
-        shape = _parse_shape(args.input_shape)
-        samples = np.random.RandomState(_parse_int(args.seed, "--seed")).uniform(
+    if args.input_shape:
+        return args.input_shape, None
+    if not os.path.isfile(args.inputs):
+        raise CLIError("inputs file %s does not exist" % args.inputs)
+    try:
+        samples = np.load(args.inputs, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
+                       % (args.inputs, str(err).splitlines()[0])) from None
+    if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
+        raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), got "
+                       "shape %s" % (args.inputs, samples.shape))
+    return tuple(samples.shape[1:]), samples
+
+
+def _samples(args, shape, mapped, count, strict):
+    """``count`` float32 samples: the first of --inputs, or random uniform [0, 1)."""
+    import numpy as np
+
+    if mapped is None:
+        return np.random.RandomState(args.seed).uniform(
             0.0, 1.0, size=(count,) + shape).astype(np.float32)
-    data_shape_check(samples.shape[1:])
-    return samples
+    if not strict:
+        count = min(count, len(mapped))
+    if len(mapped) < count:
+        raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
+                       % (args.inputs, len(mapped), count))
+    return np.array(mapped[:count], dtype=np.float32)
 
 
 def _cmd_convert(args):
@@ -90,85 +273,76 @@ def _cmd_convert(args):
 
     from . import symbolic
 
-    epoch = _parse_int(args.epoch, "EPOCH")
-    validate_n = _parse_int(args.validate, "--validate")
-    batch_size = _parse_int(args.batch_size, "--batch-size", minimum=1)
-    if args.dtype != "float16":
-        raise CLIError("unsupported dtype %r: mxmixed converts to float16 only%s"
-                       % (args.dtype, " (bfloat16 AMP needs AVX512-BF16)"
-                          if args.dtype == "bfloat16" else ""))
-    tolerance = None
-    if args.search_tolerance is not None:
-        try:
-            tolerance = float(args.search_tolerance)
-        except ValueError:
-            tolerance = -1.0
-        if not tolerance > 0:
-            raise CLIError("--search-tolerance must be a positive number, got %r"
-                           % (args.search_tolerance,))
-    wants_samples = validate_n > 0 or tolerance is not None
+    tolerance = args.tolerance or args.search_tolerance or 0.01
+    wants_samples = args.validate > 0 or args.search_tolerance is not None
     if wants_samples and not (args.inputs or args.input_shape):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W")
-    if args.inputs and args.input_shape:
-        raise CLIError("give --inputs or --input-shape, not both")
-    in_files = symbolic.checkpoint_paths(args.prefix, epoch)
-    out_files = symbolic.checkpoint_paths(args.out, epoch)
-    if any(_same_file(i, o) for i in in_files for o in out_files):
-        raise CLIError("the output prefix %r would overwrite the input checkpoint; choose "
-                       "another --out" % args.out)
-    out_dir = os.path.dirname(os.path.abspath(out_files[0]))
-    if not os.path.isdir(out_dir):
-        raise CLIError("output folder %s does not exist" % out_dir)
+    in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    _check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
     try:
-        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, epoch)
+        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
         data_names = symbolic.data_inputs(sym, arg_params, aux_params)
         if not data_names:
             raise CLIError("the graph has no data input: every input is a parameter")
-
-        def check_shape(shape):
-            symbolic.check_params(sym, arg_params, aux_params, source="the params",
-                                  data_shapes={data_names[0]: (1,) + tuple(shape)})
-
         samples = None
         if wants_samples:
-            samples = _convert_inputs(args, validate_n or 8, check_shape, strict=validate_n > 0)
+            shape, mapped = _sample_shape(args)
+            symbolic.check_params(sym, arg_params, aux_params, source="the params",
+                                  data_shapes={data_names[0]: (1,) + shape})
+            count = args.validate or 8
+            _check_memory(estimate_convert_memory(sym, data_names[0], shape, count,
+                                                  args.batch_size),
+                          "%d samples of shape %s and a forward pass at batch size %d"
+                          % (count, ",".join(map(str, shape)), args.batch_size))
+            samples = _samples(args, shape, mapped, count, strict=args.validate > 0)
         settings = dict(exclude_layers=args.exclude, exclude_ops=args.exclude_op,
                         keep_io_types=args.keep_io_types,
                         cast_optional_params=not args.keep_optional_params_float32)
-        search = None
-        if tolerance is not None:
+        search = check = None
+        if args.search_tolerance is not None:
             search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
-                                                 tolerance=tolerance, batch_size=batch_size,
-                                                 **settings)
+                                                 tolerance=args.search_tolerance,
+                                                 batch_size=args.batch_size,
+                                                 progress=bars_wanted(), **settings)
             model = search.model
         else:
             model = symbolic.convert(sym, arg_params, aux_params, **settings)
-        check = None
-        if validate_n > 0:
+        if args.validate > 0:
             check = symbolic.validate((sym, arg_params, aux_params), model, samples,
-                                      batch_size=batch_size)
-        try:
-            written = model.save(args.out, epoch)
-        except OSError as err:
-            raise CLIError("cannot write the checkpoint to %s: %s"
-                           % (args.out, err.strerror or err)) from None
+                                      batch_size=args.batch_size, progress=bars_wanted())
     except symbolic.ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
     print(model.report)
-    if search is not None:
+    for part in (search, check):
+        if part is not None:
+            print()
+            print(part)
+    failed = check is not None and not check.passes(tolerance)
+    if not failed or args.keep_failed:
+        try:
+            written = model.save(args.out, args.epoch)
+        except OSError as err:
+            raise CLIError("cannot write the checkpoint to %s: %s"
+                           % (args.out, err.strerror or err), EXIT_WRITE_FAILED) from None
         print()
-        print(search)
-    if check is not None:
-        print()
-        print(check)
-    print()
-    print("wrote %s and %s" % written)
-    return 0
+        print("wrote %s and %s" % written)
+    if failed:
+        top1 = ("" if check.top1_agreement is None
+                else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
+        raise CLIError(
+            "validation failed: max rel error %.3g > --tolerance %g, non-finite outputs %.1f%%%s; "
+            "%s; next: --search-tolerance %g finds layers to keep in float32"
+            % (check.max_rel_error, tolerance, 100 * check.nonfinite_share, top1,
+               "files kept (--keep-failed)" if args.keep_failed
+               else "nothing written (--keep-failed writes anyway)", tolerance),
+            EXIT_VALIDATION_FAILED)
+    return EXIT_OK
 
 
+# ------------------------------------------------------------------ parser
 def build_parser():
     """Build the argument parser.
 
@@ -176,31 +350,34 @@ def build_parser():
     -------
     argparse.ArgumentParser
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mxmixed",
         description="Float16 mixed precision for Apache MXNet 1.9.1 (Gluon and Symbol APIs).")
     parser.add_argument("--version", action="version", version="mxmixed %s" % __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    info = sub.add_parser("info", help="MXNet build, GPUs, float16 support and pinned versions")
+    info = sub.add_parser("info", help="MXNet build, GPUs, float16 support, package layout "
+                                       "and pinned versions")
     info.set_defaults(func=_cmd_info)
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")
-    demo.add_argument("--epochs", type=int, default=5)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--epochs", type=_int_at_least(1), default=5)
+    demo.add_argument("--seed", type=_int_at_least(0), default=0)
     demo.add_argument("--out", default=os.path.join("results", "demo"),
-                      help="results folder (default: results/demo)")
+                      help="results folder, created if missing (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
     conv = sub.add_parser(
         "convert", help="convert a float32 Symbol checkpoint to float16, with a report",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONVERT_EPILOG,
         description="Convert PREFIX-symbol.json and PREFIX-EPOCH.params (float32, from the "
                     "Module API or a Gluon export) to float16 mixed precision. Writes "
                     "OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params (both or neither) and "
                     "prints what changed. Optional params are stored in float16 (MXNet's "
                     "default keeps them float32).")
     conv.add_argument("prefix", metavar="PREFIX", help="input checkpoint prefix")
-    conv.add_argument("epoch", metavar="EPOCH", help="epoch number of the params file")
+    conv.add_argument("epoch", metavar="EPOCH", type=_int_at_least(0),
+                      help="epoch number of the params file")
     conv.add_argument("--out", required=True, metavar="OUTPREFIX",
-                      help="output checkpoint prefix (same EPOCH)")
+                      help="output checkpoint prefix (same EPOCH); not a folder")
     conv.add_argument("--exclude", nargs="+", default=[], metavar="LAYER",
                       help="layer (node) names to keep in float32")
     conv.add_argument("--exclude-op", nargs="+", default=[], metavar="OP",
@@ -209,17 +386,27 @@ def build_parser():
                       help="keep inputs and outputs float32 (default: yes)")
     conv.add_argument("--keep-optional-params-float32", action="store_true",
                       help="MXNet's default: keep params float32 where float16 is optional")
-    conv.add_argument("--dtype", default="float16", help="target dtype (float16 only)")
-    conv.add_argument("--validate", default="0", metavar="N",
-                      help="compare float16 with float32 on N samples")
-    conv.add_argument("--search-tolerance", default=None, metavar="T",
+    conv.add_argument("--dtype", default="float16", type=_dtype, choices=["float16"],
+                      help="target dtype (float16 only)")
+    conv.add_argument("--validate", type=_int_at_least(0), default=0, metavar="N",
+                      help="compare float16 with float32 on N samples; fail (exit 1) beyond "
+                           "--tolerance")
+    conv.add_argument("--tolerance", type=_positive_float, default=None, metavar="T",
+                      help="largest max|y16-y32|/max|y32| that --validate accepts (default: "
+                           "--search-tolerance if given, else 0.01)")
+    conv.add_argument("--keep-failed", action="store_true",
+                      help="write the converted files even when the validation fails")
+    conv.add_argument("--search-tolerance", type=_positive_float, default=None, metavar="T",
                       help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T")
-    conv.add_argument("--inputs", metavar="FILE.npy",
-                      help="samples (N, ...) for --validate and the search")
-    conv.add_argument("--input-shape", metavar="C,H,W",
-                      help="shape of one sample, for random uniform [0, 1) samples")
-    conv.add_argument("--batch-size", default="8", help="batch size of validation and search")
-    conv.add_argument("--seed", default="0", help="seed of the random samples")
+    samples = conv.add_mutually_exclusive_group()
+    samples.add_argument("--inputs", metavar="FILE.npy",
+                         help="samples (N, ...) for --validate and the search")
+    samples.add_argument("--input-shape", type=parse_shape, metavar="C,H,W",
+                         help="shape of one sample, for random uniform [0, 1) samples")
+    conv.add_argument("--batch-size", type=_int_at_least(1), default=8,
+                      help="batch size of validation and search")
+    conv.add_argument("--seed", type=_int_at_least(0), default=0,
+                      help="seed of the random samples")
     conv.set_defaults(func=_cmd_convert)
     return parser
 
@@ -235,18 +422,22 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status.
+        The exit status: 0 on success; for ``convert`` see its ``--help`` (1 validation
+        failed, 2 bad command line or input, 3 write failed).
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version, or a one-line usage error
+        return stop.code if isinstance(stop.code, int) else EXIT_OK
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     try:
         return args.func(args)
     except CLIError as err:
         print("mxmixed %s: error: %s" % (args.command, err), file=sys.stderr)
-        return 2
+        return err.code
 
 
 if __name__ == "__main__":

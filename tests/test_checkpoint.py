@@ -16,10 +16,9 @@ from mxnet import autograd, gluon
 from conftest import run_python
 from mxmixed import checkpoint, emulation
 from mxmixed.checkpoint import CheckpointError
-from mxmixed.data import digits_arrays
-from mxmixed.models import digits_cnn
 from mxmixed.scaler import LossScaler
 from mxmixed.training import init_trainer, scale_loss, step
+from mxmixed.tutorial import digits_arrays, digits_cnn
 
 BATCH = 64
 
@@ -290,7 +289,7 @@ KILLED_SAVE_SCRIPT = """
 import os, signal, sys
 import numpy as np
 from mxmixed import checkpoint
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn
 
 path = sys.argv[1]
 net = digits_cnn(seed=0)
@@ -475,8 +474,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 import mxmixed
 from mxmixed import checkpoint
-from mxmixed.data import digits_arrays
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_arrays, digits_cnn
 
 mode, workdir = sys.argv[1], sys.argv[2]
 TOTAL, SAVE_AT = 40, 20

@@ -62,4 +62,38 @@ def test_demo_tells_the_whole_story_and_writes_its_results(capsys, tmp_path):
 
 def test_demo_rejects_zero_epochs(capsys):
     assert cli.main(["demo", "--epochs", "0"]) == 2
-    assert "--epochs must be at least 1" in capsys.readouterr().err
+    assert "argument --epochs: must be at least 1" in capsys.readouterr().err
+
+
+def test_info_lists_the_layers_and_every_module_sits_in_one():
+    from mxmixed import sysinfo
+
+    info = collect()
+    layers = dict(info["layout"])
+    assert list(layers)[:6] == ["aside", "faces", "upper", "training", "numerics", "bottom"]
+    assert "tutorial" in layers["aside"] and "cli" in layers["faces"]
+    assert {"symbolic", "diagnostics"} <= set(layers["upper"])
+    text = sysinfo.format_info(info)
+    assert "layers" in text and "  faces" in text and "tutorial" in text
+    # after the layout of issue 13 lands, nothing is left unplaced
+    placed = [m for _, modules in sysinfo.LAYERS for m in modules]
+    assert len(placed) == len(set(placed))
+
+
+def test_info_bfloat16_line_agrees_with_what_mxnet_needs(monkeypatch):
+    from mxmixed import _state, sysinfo
+
+    monkeypatch.setattr(_state, "bfloat16_support", lambda: (True, ""), raising=False)
+    assert sysinfo.collect()["bfloat16"].startswith("runs (oneDNN, AVX-512 F/BW/VL/DQ)")
+    monkeypatch.setattr(_state, "bfloat16_support",
+                        lambda: (False, "this CPU lacks avx512bw"), raising=False)
+    line = sysinfo.format_info(sysinfo.collect())
+    assert "bfloat16 AMP (MXNet) : no: this CPU lacks avx512bw" in line
+
+
+def test_convert_bfloat16_error_points_at_mxnet_and_info(capsys, tmp_path):
+    assert cli.main(["convert", "m", "0", "--out", str(tmp_path / "o"), "--dtype",
+                     "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mxmixed converts to float16 only" in err
+    assert "AVX512-BF16" not in err and "mxmixed info" in err

@@ -12,16 +12,14 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from mxmixed import cli, symbolic
-from mxmixed.data import digits_arrays, digits_loaders
-from mxmixed.fit import evaluate, fit
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_arrays, digits_cnn, digits_loaders, evaluate, fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """The digits CNN trained in float32 the notebooks' way (mxmixed.fit), then exported."""
+    """The digits CNN trained in float32 the notebooks' way (mxmixed.tutorial.fit), then exported."""
     folder = tmp_path_factory.mktemp("digits")
     train_loader, test_loader = digits_loaders(batch_size=64, seed=0)
     net = digits_cnn(seed=0, prefix="digits_")
@@ -71,7 +69,8 @@ def test_digits_classifier_converted_by_the_cli_keeps_its_accuracy(digits, tmp_p
     assert saved["arg:digits_features_batchnorm0_gamma"].dtype == np.float32
 
 
-def test_convert_prints_the_report_and_the_validation(digits, tmp_path, capsys):
+def test_convert_prints_the_report_and_the_validation(digits, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MXMIXED_PROGRESS", raising=False)
     code, stdout, err = _run(["convert", digits["prefix"], "0", "--out",
                               str(tmp_path / "digits16"), "--validate", "16", "--inputs",
                               digits["inputs"]], capsys)
@@ -84,7 +83,7 @@ def test_convert_prints_the_report_and_the_validation(digits, tmp_path, capsys):
     assert "Validation: float16 against float32" in stdout
     samples = [line.split() for line in lines if line.strip().startswith("samples")]
     assert samples == [["samples", "16"]]
-    assert "validate float16" in err  # the tqdm bar
+    assert "validate float16" not in err  # no tqdm bars when stderr is not a terminal
     assert "wrote " in lines[-1]
 
 
@@ -153,7 +152,8 @@ class _OverflowNet(nn.HybridBlock):
         return self.out(self.mid(self.norm(self.big(F.relu(self.first(x))))))
 
 
-def test_search_tolerance_finds_the_overflowing_layer(tmp_path, capsys):
+def test_search_tolerance_finds_the_overflowing_layer(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MXMIXED_PROGRESS", raising=False)
     mx.random.seed(0)
     net = _OverflowNet(prefix="net_")
     net.initialize(mx.init.Xavier())
@@ -172,7 +172,7 @@ def test_search_tolerance_finds_the_overflowing_layer(tmp_path, capsys):
     assert "layers kept float32:   net_big_fwd" in stdout
     assert [line.split() for line in stdout.splitlines() if line.startswith("  net_big_fwd")] \
         == [["net_big_fwd", "FullyConnected", "search"]]
-    assert "search" in err  # the tqdm bars
+    assert "search" not in err  # no tqdm bars when stderr is not a terminal
     net16 = symbolic.load_float16(str(tmp_path / "overflow16"), 0, ctx=mx.cpu())
     y16, y32 = net16(mx.nd.array(X)).asnumpy(), net(mx.nd.array(X)).asnumpy()
     assert np.abs(y16 - y32).max() / np.abs(y32).max() <= 0.01
@@ -270,10 +270,16 @@ def test_unreadable_params_file_is_a_one_line_error(checkpoint, tmp_path, capsys
     (["--exclude", "digits_outpt_fwd"], "no layer named 'digits_outpt_fwd'"),
     (["--exclude-op", "Convolutionn"], "unknown operator 'Convolutionn'"),
     (["--validate", "4"], "need samples: give --inputs"),
-    (["--validate", "many"], "--validate must be an integer"),
+    (["--validate", "many"], "argument --validate: must be an integer, got 'many'"),
     (["--search-tolerance", "-1", "--input-shape", "1,8,8"], "must be a positive number"),
     (["--validate", "2", "--input-shape", "1,12,12"], "do not match the symbol for data shapes"),
-    (["--validate", "2", "--input-shape", "one"], "--input-shape must be positive integers"),
+    (["--validate", "2", "--input-shape", "one"], "argument --input-shape: must be positive "
+                                                   "integers"),
+    (["--validate", "2", "--input-shape", "3,x,224"], "argument --input-shape: must be positive "
+                                                       "integers"),
+    (["--validate", "2", "--input-shape", "0,8,8"], "every size must be at least 1"),
+    (["--validate", "2", "--input-shape", "1,8,8", "--inputs", "x.npy"], "not allowed with"),
+    (["--tolerance", "0"], "argument --tolerance: must be a positive number"),
 ])
 def test_bad_option_is_a_one_line_error_and_writes_nothing(argv, message, checkpoint, tmp_path,
                                                            capsys):
@@ -287,7 +293,7 @@ def test_bad_option_is_a_one_line_error_and_writes_nothing(argv, message, checkp
 
 def test_bad_epoch_is_a_one_line_error(checkpoint, tmp_path, capsys):
     code, _, err = _run(["convert", checkpoint, "x", "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and "EPOCH must be an integer" in err and err.count("\n") == 1
+    assert code == 2 and "argument EPOCH: must be an integer" in err and err.count("\n") == 1
 
 
 def test_output_equal_to_the_input_is_refused(checkpoint, tmp_path, capsys, monkeypatch):
@@ -315,7 +321,7 @@ def test_failure_while_writing_leaves_neither_file(checkpoint, tmp_path, capsys,
     monkeypatch.setattr(mx.nd, "save", full_disk)
     code, stdout, err = _run(["convert", checkpoint, "0", "--out", str(tmp_path / "out")],
                              capsys)
-    assert code == 2
+    assert code == cli.EXIT_WRITE_FAILED == 3
     assert "cannot write the checkpoint" in err and "No space left on device" in err
     assert err.count("\n") == 1
     assert _files(tmp_path) == before

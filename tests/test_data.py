@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mxmixed import data
+from mxmixed.tutorial import data
 
 
 def test_digits_split_is_deterministic_and_disjoint():

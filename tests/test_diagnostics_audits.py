@@ -5,7 +5,7 @@ from gluoncv.model_zoo import get_model
 from mxnet.gluon import nn, rnn
 
 from mxmixed import diagnostics
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn
 
 
 @pytest.fixture(autouse=True)

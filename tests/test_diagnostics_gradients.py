@@ -9,10 +9,8 @@ from mxnet.gluon import nn
 
 import mxmixed
 from mxmixed import diagnostics
-from mxmixed.data import digits_loaders
 from mxmixed.diagnostics.float16 import LOG2_EDGES
-from mxmixed.fit import evaluate
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
 
 @pytest.fixture(autouse=True)
@@ -243,7 +241,7 @@ def test_plot_draws_both_panels_against_float16_range(digits_batch):
 def test_clear_errors_for_bad_input(digits_batch):
     X, y = digits_batch
     with pytest.raises(RuntimeError, match="not initialized.*net.initialize"):
-        diagnostics.collect_gradients(mxmixed.models.DigitsCNN(), (X, y))
+        diagnostics.collect_gradients(mxmixed.tutorial.DigitsCNN(), (X, y))
     frozen = digits_cnn(seed=0)
     frozen.collect_params().setattr("grad_req", "null")
     with pytest.raises(ValueError, match="no gradients.*grad_req='null'"):

@@ -8,8 +8,7 @@ from mxnet.gluon import nn
 
 import mxmixed
 from mxmixed import diagnostics
-from mxmixed.data import digits_loaders
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn, digits_loaders
 
 
 @pytest.fixture(autouse=True)
@@ -221,7 +220,7 @@ def test_deferred_initialization_is_finished_on_the_batch():
 def test_clear_errors_for_bad_input(digits_batch):
     X, y = digits_batch
     with pytest.raises(RuntimeError, match="not initialized"):
-        diagnostics.find_overflow(mxmixed.models.DigitsCNN(), (X, y))
+        diagnostics.find_overflow(mxmixed.tutorial.DigitsCNN(), (X, y))
     frozen = digits_cnn(seed=0)
     frozen.collect_params().setattr("grad_req", "null")
     with pytest.raises(ValueError, match="no gradients"):

@@ -29,6 +29,7 @@ from mxnet import gluon
 import mxmixed
 from mxmixed import distributed, launch
 from mxmixed.distributed import DistributedRunError, run_local
+from mxmixed.tutorial import digits_cnn
 
 from conftest import ROOT, run_python
 
@@ -123,12 +124,12 @@ def test_rank0_alone_writes_the_checkpoint_atomically(dist, single):
     assert output.count("wrote checkpoint") == 1
     assert "[rank 0/2] wrote checkpoint" in output
     assert os.listdir(dist["ckpt_dir"]) == ["digits.ckpt"]  # no temporary file left behind
-    net = mxmixed.digits_cnn(seed=1)
+    net = digits_cnn(seed=1)
     assert mxmixed.checkpoint.load(dist["ckpt_dir"] / "digits.ckpt", net) == {"step": STEPS}
     with zipfile.ZipFile(dist["ckpt_dir"] / "digits.ckpt") as archive:
         scaler = json.loads(archive.read("scaler.json"))
     assert scaler["skipped"] == 1 and scaler["steps"] == STEPS
-    ref = mxmixed.digits_cnn(seed=2)
+    ref = digits_cnn(seed=2)
     mxmixed.checkpoint.load(single / "digits.ckpt", ref)
     for (name, mine), theirs in zip(net._collect_params_with_prefix().items(),
                                     ref._collect_params_with_prefix().values()):
@@ -286,7 +287,7 @@ def test_init_trainer_refuses_server_side_updates(kvstore, update_on_kvstore, me
 
 
 def test_save_checkpoint_writes_on_rank0_only(tmp_path):
-    net = mxmixed.digits_cnn(seed=0)
+    net = digits_cnn(seed=0)
     assert distributed.save_checkpoint(tmp_path / "r1.ckpt", net, kvstore=1) is False
     assert not (tmp_path / "r1.ckpt").exists()
     assert distributed.save_checkpoint(tmp_path / "r0.ckpt", net, kvstore=0) is True

@@ -8,7 +8,7 @@ import mxnet as mx, numpy as np
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
 from mxmixed import emulation
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn
 if %(emulation_first)r:
     emulation.enable(); amp.init()
 else:

@@ -9,7 +9,7 @@ from mxnet import gluon
 
 from mxmixed import emulation
 from mxmixed.graphpass import count_emulated, emulate_symbol
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn
 
 
 def _float16_digits_net():
@@ -107,7 +107,7 @@ def test_symbol_built_after_enable_trains_with_simple_bind():
 
 
 def test_module_api_fits_a_float16_symbol_on_cpu():
-    from mxmixed.data import digits_arrays
+    from mxmixed.tutorial import digits_arrays
 
     X, y, _, _ = digits_arrays()
     data = mx.sym.Cast(mx.sym.var("data"), dtype="float16")

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_python
-from mxmixed.data import digits_loaders
-from mxmixed.fit import fit
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn, digits_loaders, fit
 
 SEEDS = (0, 1, 2)
 EPOCHS = 6
@@ -23,9 +21,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
 from mxmixed import emulation
-from mxmixed.data import digits_loaders
-from mxmixed.fit import evaluate
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
 order = sys.argv[1] if len(sys.argv) > 1 else "emulation-first"
 emulation.enable()

@@ -2,13 +2,12 @@
 import numpy as np
 import pytest
 
-import mxmixed
-from mxmixed.data import digits_loaders
-from mxmixed.fit import compare_precisions, format_comparison, train_precision
+from mxmixed.tutorial import (compare_precisions, digits_cnn, digits_loaders, format_comparison,
+                              train_precision)
 
 
 def _rows(epochs=3):
-    return compare_precisions(lambda s: mxmixed.digits_cnn(seed=s),
+    return compare_precisions(lambda s: digits_cnn(seed=s),
                               lambda s: digits_loaders(64, seed=s), seeds=(0,), epochs=epochs,
                               progress=False)
 
@@ -26,7 +25,7 @@ def test_three_precisions_reach_float32_accuracy(rows):
 
 
 def test_float16_cast_halves_the_float16_parameter_bytes(rows):
-    net = mxmixed.digits_cnn(seed=0)
+    net = digits_cnn(seed=0)
     bn = sum(int(np.prod(p.shape)) for n, p in net.collect_params().items()
              if "batchnorm" in n)
     total = sum(int(np.prod(p.shape)) for p in net.collect_params().values())
@@ -50,6 +49,6 @@ def test_comparison_table_lists_every_precision(rows):
 def test_train_precision_refuses_unknown_precision_and_zero_epochs():
     loaders = digits_loaders(64)
     with pytest.raises(ValueError, match="precision"):
-        train_precision("bfloat8", mxmixed.digits_cnn, loaders)
+        train_precision("bfloat8", digits_cnn, loaders)
     with pytest.raises(ValueError, match="epochs"):
-        train_precision("float32", mxmixed.digits_cnn, loaders, epochs=0)
+        train_precision("float32", digits_cnn, loaders, epochs=0)

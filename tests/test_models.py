@@ -2,7 +2,7 @@
 import mxnet as mx
 import numpy as np
 
-from mxmixed.models import DigitsCNN, digits_cnn
+from mxmixed.tutorial import digits_cnn, DigitsCNN
 
 
 def test_digits_cnn_sizes_are_multiples_of_8():

@@ -15,9 +15,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from mxmixed import emulation, optim
-from mxmixed.data import digits_loaders
-from mxmixed.fit import evaluate, fit
-from mxmixed.models import digits_cnn
+from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate, fit
 
 ULP_AT_ONE = 2.0 ** -10          # float16 spacing just above 1.0
 TINY = 2.0 ** -12                # a quarter ulp: lost when added to 1.0 in float16

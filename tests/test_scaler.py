@@ -155,7 +155,7 @@ def test_has_overflow_handles_float16_weights_with_float32_batchnorm_grads():
     from mxnet import autograd
 
     from mxmixed import emulation
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
 
     net = digits_cnn(seed=0)
     net.cast("float16")
@@ -184,7 +184,7 @@ def test_load_state_dict_keeps_the_link_to_amps_global_scaler():
 
 
 def test_overflow_error_names_the_backward_most_parameter_where_overflow_began():
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
 
     net = digits_cnn(seed=0)
     params = [p for p in net.collect_params().values() if p.grad_req != "null"]

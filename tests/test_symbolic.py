@@ -13,8 +13,8 @@ from mxnet.contrib import amp
 from mxnet.gluon import nn
 
 from mxmixed import emulation, symbolic
-from mxmixed.data import digits_arrays
 from mxmixed.symbolic import ConversionError
+from mxmixed.tutorial import digits_arrays
 
 # Stated accuracy of the emulated float16 resnet18_v1 (random init, seed 0, 2x3x64x64
 # uniform inputs) against float32: max|y16 - y32| / max|y32| <= 5e-3. Measured: 7.7e-4.
@@ -473,7 +473,7 @@ def test_validate_accepts_a_dataloader_of_x_y_pairs(resnet18, resnet18_fp16):
 
 
 def test_validate_runs_a_cast_gluon_block_on_float16_inputs():
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
 
     net32 = digits_cnn(seed=3)
     net16 = digits_cnn(seed=3)  # the same seed gives the same weights
@@ -535,7 +535,7 @@ def test_mxnet_convert_hybrid_block_defaults_to_a_gpu():
 
 
 def test_convert_hybrid_block_hybridizes_and_runs_an_unrun_block_on_cpu():
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
 
     net = digits_cnn(seed=0, prefix="hb_")
     X = mx.nd.array(np.random.RandomState(0).uniform(size=(4, 1, 8, 8)))
@@ -554,7 +554,7 @@ def test_convert_hybrid_block_hybridizes_and_runs_an_unrun_block_on_cpu():
 
 
 def test_convert_hybrid_block_needs_example_inputs_for_an_unrun_block():
-    from mxmixed.models import digits_cnn
+    from mxmixed.tutorial import digits_cnn
 
     with pytest.raises(ConversionError, match="pass example inputs"):
         symbolic.convert_hybrid_block(digits_cnn(seed=0), ctx=mx.cpu())

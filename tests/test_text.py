@@ -1,4 +1,4 @@
-"""mxmixed.text: the standard-library docstring corpus, vocabulary, BPTT batches and LSTM LM."""
+"""mxmixed.tutorial.text: the standard-library docstring corpus, vocabulary, BPTT batches and LSTM LM."""
 import abc
 import inspect
 import json
@@ -11,7 +11,7 @@ import mxnet as mx
 from mxnet import gluon
 
 import mxmixed
-from mxmixed import text
+from mxmixed.tutorial import text
 
 from conftest import run_python
 
@@ -29,7 +29,7 @@ def test_docstrings_are_deterministic_and_order_free():
 
 def test_default_corpus_is_the_same_in_a_fresh_interpreter():
     # another process, another hash seed, other modules imported first
-    code = ("import mxmixed.text as t; print(t.corpus_fingerprint(t.stdlib_docstrings()), "
+    code = ("import mxmixed.tutorial.text as t; print(t.corpus_fingerprint(t.stdlib_docstrings()), "
             "len(t.stdlib_docstrings()))")
     here = "%s %d" % (text.corpus_fingerprint(text.stdlib_docstrings()),
                       len(text.stdlib_docstrings()))
@@ -53,7 +53,7 @@ def test_docstrings_bad_modules(modules, error):
 def test_docstrings_refuse_optimize_2(monkeypatch):
     # MXNet 1.9.1 itself fails to import under -OO (ndarray_doc joins None docstrings), so
     # the flag is faked here.
-    monkeypatch.setattr(text, "sys", types.SimpleNamespace(flags=types.SimpleNamespace(
+    monkeypatch.setattr(text.corpus, "sys", types.SimpleNamespace(flags=types.SimpleNamespace(
         optimize=2)))
     with pytest.raises(RuntimeError, match="-OO"):
         text.stdlib_docstrings(SMALL)

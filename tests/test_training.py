@@ -9,10 +9,8 @@ from mxnet import autograd, gluon
 import mxmixed
 from conftest import run_python
 from mxmixed import training
-from mxmixed.data import digits_loaders
-from mxmixed.fit import evaluate
-from mxmixed.models import digits_cnn
 from mxmixed.scaler import LossScaler
+from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
 SEEDS = (0, 1, 2)
 
@@ -108,7 +106,8 @@ def test_init_refuses_unknown_dtype():
 def test_init_warns_about_early_hybridized_block_and_refuses_other_settings_later():
     proc = run_python(
         "import warnings, mxnet as mx, mxmixed\n"
-        "net = mxmixed.digits_cnn(seed=0); net.hybridize(); net(mx.nd.ones((1, 1, 8, 8)))\n"
+        "from mxmixed.tutorial import digits_cnn\n"
+        "net = digits_cnn(seed=0); net.hybridize(); net(mx.nd.ones((1, 1, 8, 8)))\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    mxmixed.init()\n"
@@ -263,7 +262,7 @@ def test_clip_is_a_no_op_on_a_step_that_will_be_skipped():
 
 def test_clip_works_on_a_plain_float32_trainer():
     loaders = digits_loaders(64)
-    from mxmixed.fit import train_precision
+    from mxmixed.tutorial import train_precision
 
     run = train_precision("float32", lambda: digits_cnn(seed=0), loaders, epochs=2, clip=20.0,
                           progress=False)

@@ -6,15 +6,12 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon
 
+from .. import emulation
+from .._progress import progress as progress_bar
+from ..optim import multi_precision_trainer
+from ..training import amp_scope, clip_global_norm, init_trainer, scale_loss, step
+
 __all__ = ["evaluate", "train_epoch", "fit"]
-
-
-def _progress(iterable, enabled, desc, total=None):
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
 def evaluate(net, loader, ctx=None, dtype="float32"):
@@ -79,7 +76,7 @@ def train_epoch(net, loader, trainer, loss_fn=None, ctx=None, dtype="float32", p
     ctx = ctx or mx.cpu()
     loss_fn = loss_fn or gluon.loss.SoftmaxCrossEntropyLoss()
     losses = []
-    for X, y in _progress(loader, progress, desc):
+    for X, y in progress_bar(loader, enabled=progress, desc=desc, leave=False):
         X = X.as_in_context(ctx).astype(dtype, copy=False)
         y = y.as_in_context(ctx)
         with autograd.record():
@@ -119,7 +116,8 @@ def fit(net, train_loader, test_loader, epochs=3, learning_rate=0.1, momentum=0.
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": learning_rate, "momentum": momentum})
     losses = []
-    for epoch in _progress(range(epochs), progress, "epochs", total=epochs):
+    for _ in progress_bar(range(epochs), enabled=progress, desc="epochs", total=epochs,
+                          leave=False):
         losses.append(train_epoch(net, train_loader, trainer, ctx=ctx))
     return {"losses": losses, "accuracy": evaluate(net, test_loader, ctx)}
 
@@ -172,12 +170,6 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
         ``precision``, ``accuracy``, ``losses`` (per step), ``scales`` (per step, None in
         float32), ``skipped`` (count), ``param_bytes``, ``net`` and ``trainer``.
     """
-    from tqdm.auto import tqdm
-
-    from . import emulation
-    from .optim import multi_precision_trainer
-    from .training import amp_scope, clip_global_norm, init_trainer, scale_loss, step
-
     if precision not in PRECISIONS:
         raise ValueError("precision must be one of %s, got %r" % (PRECISIONS, precision))
     if epochs < 1:
@@ -203,8 +195,8 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
                            if precision == "amp" else None)
         if hybridize:
             net.hybridize()
-        bar = tqdm(total=epochs * len(train_loader), desc=precision, leave=False,
-                   disable=not progress)
+        bar = progress_bar(total=epochs * len(train_loader), desc=precision, leave=False,
+                           enabled=progress)
         for _ in range(epochs):
             for X, y in train_loader:
                 X = X.as_in_context(ctx).astype(dtype, copy=False)

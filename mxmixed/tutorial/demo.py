@@ -14,7 +14,8 @@ import numpy as np
 
 import mxnet as mx
 
-from . import checkpoint, emulation, symbolic
+from .. import checkpoint, emulation, symbolic
+from ..training import loss_scaler
 from .data import digits_arrays, digits_loaders
 from .fit import compare_precisions, evaluate, format_comparison
 from .models import digits_cnn
@@ -34,7 +35,7 @@ def _plot(rows, path):
     ax1.set(xlabel="step", ylabel="training loss", title="float32 vs AMP")
     ax1.legend()
     amp = [row for row in rows if row["precision"] == "amp"][0]["runs"][0]
-    scaler = amp["trainer"]._amp_loss_scaler
+    scaler = loss_scaler(amp["trainer"])
     history = np.array(scaler.history)
     ax2.semilogy(history[:, 0], history[:, 1], drawstyle="steps-post", base=2)
     skipped = history[history[:, 2] == 1]

@@ -3,6 +3,7 @@
 Channel and hidden sizes are multiples of 8, the Tensor Core rule. It has no random
 layers (no Dropout), so a resumed run can be bit-identical to an uninterrupted one.
 """
+import mxnet as mx
 from mxnet.gluon import nn
 
 __all__ = ["DigitsCNN", "digits_cnn"]
@@ -66,8 +67,6 @@ def digits_cnn(seed=None, ctx=None, **kwargs):
     DigitsCNN
         The initialized network (not hybridized).
     """
-    import mxnet as mx
-
     if seed is not None:
         mx.random.seed(seed)
     net = DigitsCNN(**kwargs)

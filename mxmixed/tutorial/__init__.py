@@ -1,0 +1,29 @@
+"""Tutorial support code: the offline data, small models and training loops of the notebooks.
+
+The notebooks, ``mxmixed demo``, the examples and the tests import it; ``import mxmixed`` does
+not, so a user's training loop never loads it. Typical use::
+
+    from mxmixed.tutorial import digits_loaders, digits_cnn, evaluate, train_precision
+
+* :mod:`.data`: scikit-learn's handwritten digits (offline) and CIFAR-10 for those who have it;
+* :mod:`.models`: :class:`DigitsCNN`, the small CNN every notebook trains;
+* :mod:`.fit`: Gluon training loops, one code path for float32, AMP and float16;
+* :mod:`.text`: a standard-library docstring corpus and an LSTM language model (notebook 05);
+* :mod:`.demo`: ``mxmixed demo`` (not imported here: ``from mxmixed.tutorial.demo import run_demo``).
+"""
+from . import data, models, text
+from .data import SeededSampler, cifar10_loaders, digits_arrays, digits_datasets, digits_loaders
+from .fit import (PRECISIONS, compare_precisions, evaluate, fit, format_comparison,
+                  train_epoch, train_precision)
+from .models import DigitsCNN, digits_cnn
+from .text import (BPTTBatches, LSTMLanguageModel, Vocabulary, lstm_lm, stdlib_corpus,
+                   train_language_model)
+
+__all__ = ["data", "models", "text",
+           "digits_arrays", "digits_datasets", "digits_loaders", "SeededSampler",
+           "cifar10_loaders",
+           "DigitsCNN", "digits_cnn",
+           "evaluate", "train_epoch", "fit", "train_precision", "compare_precisions",
+           "format_comparison", "PRECISIONS",
+           "stdlib_corpus", "Vocabulary", "BPTTBatches", "LSTMLanguageModel", "lstm_lm",
+           "train_language_model"]

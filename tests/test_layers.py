@@ -1,0 +1,115 @@
+"""The package's layers: ``import mxmixed`` stays light, and imports point only down."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_python
+
+
+def test_import_mxmixed_loads_nothing_of_the_tutorial():
+    proc = run_python("import mxmixed, sys\n"
+                      "loaded = sorted(m for m in sys.modules if m.startswith('mxmixed.tutorial'))\n"
+                      "print('LOADED=%s' % loaded)\n")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "LOADED=[]" in proc.stdout
+
+
+def test_tutorial_names_left_the_top_level_namespace():
+    import mxmixed
+
+    for name in ("digits_loaders", "digits_datasets", "DigitsCNN", "digits_cnn", "lstm_lm",
+                 "stdlib_corpus", "BPTTBatches", "Vocabulary", "LSTMLanguageModel", "text",
+                 "fit", "data", "models"):
+        assert name not in mxmixed.__all__
+    from mxmixed.tutorial import (DigitsCNN, compare_precisions, digits_arrays,  # noqa: F401
+                                  digits_cnn, digits_loaders, evaluate, fit, format_comparison,
+                                  text, train_precision)
+
+    assert callable(fit) and hasattr(text, "train_language_model")
+
+
+def _lint_imports():
+    exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    if not os.path.exists(exe):
+        pytest.skip("import-linter is not installed (pip install -c constraints.txt -e .[test])")
+    return exe
+
+
+def test_import_linter_contracts_hold():
+    """`lint-imports` checks .importlinter: layers, mxmixed.tutorial and mxmixed.testing kept out
+    of the core, symbolic and diagnostics independent."""
+    proc = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " 0 broken" in proc.stdout
+
+
+def _importlinter_layers():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, ".importlinter"))
+    raw = config["importlinter:contract:layers"]["layers"]
+    layers = []
+    for line in raw.strip().splitlines():
+        parts = line.replace("|", ":").split(":")
+        layers.append([p.strip().strip("()") for p in parts if p.strip()])
+    return layers
+
+
+def test_mxmixed_info_shows_the_layers_that_import_linter_enforces():
+    from mxmixed.sysinfo import LAYERS
+
+    enforced = [sorted(set(layer) - {"__main__"}) for layer in _importlinter_layers()]
+    assert enforced == [sorted(modules) for _, modules in LAYERS]
+
+
+def test_no_module_over_450_lines():
+    package = os.path.join(ROOT, "mxmixed")
+    long = {}
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as handle:
+                    count = sum(1 for _ in handle)
+                if count > 450:
+                    long[os.path.relpath(path, ROOT)] = count
+    assert long == {}
+
+
+def _imports_inside_functions(path):
+    import ast
+
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    found = []
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                own = (isinstance(node, ast.ImportFrom)
+                       and (node.level > 0 or (node.module or "").startswith("mxmixed"))) or \
+                      (isinstance(node, ast.Import)
+                       and any(a.name.startswith("mxmixed") for a in node.names))
+                if own:
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_only_the_cli_imports_mxmixed_modules_inside_functions():
+    """Imports point down, so none has to hide in a function; the CLI's lazy loading of its
+    heavy subcommands (info, demo, convert) is the one exception, 3 imports at most."""
+    package = os.path.join(ROOT, "mxmixed")
+    found = {}
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                lines = _imports_inside_functions(path)
+                if lines:
+                    found[os.path.relpath(path, ROOT)] = lines
+    cli_lines = found.pop(os.path.join("mxmixed", "cli.py"), [])
+    assert found == {}
+    assert len(cli_lines) <= 3
