@@ -177,6 +177,12 @@ def api_model():
 
 
 API = api_model()
+# autosummary writes the module pages into docs/api/ and never deletes one: drop the pages of
+# modules that no longer exist (moved or renamed), or they would still be built.
+for _stub in os.listdir(os.path.join(HERE, "api")) if os.path.isdir(os.path.join(HERE, "api")) \
+        else ():
+    if _stub.endswith(".rst") and _stub[:-4] not in API["pages"]:
+        os.remove(os.path.join(HERE, "api", _stub))
 autosummary_context = {"api": {k: v for k, v in API.items() if k != "aliases"}}
 
 
