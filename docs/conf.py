@@ -131,7 +131,12 @@ def api_model():
     itself documents only the names of the :data:`FOLDED` modules; it lists the others.
     """
     modules = {name: importlib.import_module(name) for name in _public_modules()}
-    pages = [m for m in modules if m not in FOLDED]
+    # A submodule hidden behind a same-named attribute of its package (the function
+    # ``mxmixed.tutorial.fit`` over the module ``mxmixed.tutorial.fit``) cannot be reached by
+    # that name: it gets no page, and its names are documented where its package exports them.
+    shadowed = {m for m in modules if "." in m and not inspect.ismodule(
+        getattr(modules[m.rsplit(".", 1)[0]], m.rsplit(".", 1)[1], modules[m]))}
+    pages = [m for m in modules if m not in FOLDED and m not in shadowed]
     exports = {m: [a for a in getattr(mod, "__all__", ()) if hasattr(mod, a) and not
                    a.startswith("__") and not inspect.ismodule(getattr(mod, a))]
                for m, mod in modules.items()}
@@ -145,16 +150,17 @@ def api_model():
             obj = getattr(modules[m], attr)
             holders = [p for p in pages if attr in exports[p] and getattr(modules[p], attr) is obj]
             if not holders:
-                PROBLEMS.append("%s.%s is in __all__ of a module without a page (%s) and of no "
-                                "page's module: add it to %s.__all__" % (m, attr, m, PACKAGE))
+                PROBLEMS.append("%s.%s is in __all__ of a module without a page and of no "
+                                "module with a page: export it from %s" % (m, attr,
+                                                                       m.rsplit(".", 1)[0]))
                 continue
             home = getattr(obj, "__module__", None) if _kind(obj) not in ("data", "value") else None
-            folded = home in FOLDED or m in FOLDED
-            choices = [p for p in holders if p != PACKAGE or folded] or holders
+            in_package = home in FOLDED or m in FOLDED
+            choices = [p for p in holders if p != PACKAGE or in_package] or holders
             best = min(choices, key=lambda p: (p.count("."), p != home, rank[p]))
             owner[(m, attr)] = canonical = "%s.%s" % (best, attr)
             aliases["%s.%s" % (m, attr)] = canonical
-            if home and getattr(obj, "__qualname__", None):
+            if home and home not in shadowed and getattr(obj, "__qualname__", None):
                 aliases.setdefault("%s.%s" % (home, obj.__qualname__), canonical)
     for m in FOLDED:
         aliases[m] = PACKAGE
@@ -177,12 +183,9 @@ def api_model():
 
 
 API = api_model()
-# autosummary writes the module pages into docs/api/ and never deletes one: drop the pages of
-# modules that no longer exist (moved or renamed), or they would still be built.
-for _stub in os.listdir(os.path.join(HERE, "api")) if os.path.isdir(os.path.join(HERE, "api")) \
-        else ():
-    if _stub.endswith(".rst") and _stub[:-4] not in API["pages"]:
-        os.remove(os.path.join(HERE, "api", _stub))
+# autosummary writes the module pages into docs/api/, never deletes one, and regenerates a
+# nested page only when its parent's page changed: start from an empty folder every build.
+shutil.rmtree(os.path.join(HERE, "api"), ignore_errors=True)
 autosummary_context = {"api": {k: v for k, v in API.items() if k != "aliases"}}
 
 
