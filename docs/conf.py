@@ -130,7 +130,12 @@ def api_model():
     same object (ties: the module that defines it, then :data:`MODULE_ORDER`). The package
     itself documents only the names of the :data:`FOLDED` modules; it lists the others.
     """
-    modules = {name: importlib.import_module(name) for name in _public_modules()}
+    modules = {}
+    for name in _public_modules():
+        try:
+            modules[name] = importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - a build warning (an error under -W)
+            PROBLEMS.append("cannot import %s: %s: %s" % (name, type(err).__name__, err))
     # A submodule hidden behind a same-named attribute of its package (the function
     # ``mxmixed.tutorial.fit`` over the module ``mxmixed.tutorial.fit``) cannot be reached by
     # that name: it gets no page, and its names are documented where its package exports them.
