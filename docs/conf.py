@@ -18,6 +18,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+import re
 import shutil
 import sys
 import types
@@ -63,6 +64,8 @@ pygments_style = "sphinx"
 nitpicky = True
 # Genuinely external names: there is no intersphinx (the build is offline).
 nitpick_ignore = [("py:mod", "zipfile")]
+# Private modules and names are undocumented on purpose: a docstring may still name them.
+nitpick_ignore_regex = [(r"py:.*", r"~?mxmixed(\.\w+)*\._\w+.*")]
 
 # -- autodoc + autosummary + numpydoc --------------------------------------------------------
 autodoc_member_order = "bysource"
@@ -147,6 +150,7 @@ def api_model():
                for m, mod in modules.items()}
     rank = {name: i for i, name in enumerate(pages)}
     owner, aliases = {}, {}   # (module, name) -> canonical full name; any path -> canonical
+    extra = {}                # page -> [(name relative to it, kind)] from folded modules
     for m in modules:
         if not hasattr(modules[m], "__all__"):
             PROBLEMS.append("public module %s has no __all__, so its public names are unknown: "
@@ -154,6 +158,14 @@ def api_model():
         for attr in exports[m]:
             obj = getattr(modules[m], attr)
             holders = [p for p in pages if attr in exports[p] and getattr(modules[p], attr) is obj]
+            if not holders and m in FOLDED:
+                # Not re-exported by the package: documented on its page, under its own path.
+                owner[(m, attr)] = aliases["%s.%s" % (m, attr)] = "%s.%s" % (m, attr)
+                # A sibling's docstring, documented on the package page, names it bare.
+                aliases.setdefault("%s.%s" % (PACKAGE, attr), "%s.%s" % (m, attr))
+                extra.setdefault(PACKAGE, []).append(("%s.%s" % (m[len(PACKAGE) + 1:], attr),
+                                                      _kind(obj)))
+                continue
             if not holders:
                 PROBLEMS.append("%s.%s is in __all__ of a module without a page and of no "
                                 "module with a page: export it from %s" % (m, attr,
@@ -174,7 +186,7 @@ def api_model():
         own = [a for a in exports[p] if owner.get((p, a)) == "%s.%s" % (p, a)]
         if p == PACKAGE:
             own = [a for a in CORE_ORDER if a in own] + [a for a in own if a not in CORE_ORDER]
-        members[p] = [(a, _kind(getattr(modules[p], a))) for a in own]
+        members[p] = [(a, _kind(getattr(modules[p], a))) for a in own] + extra.get(p, [])
         reexports[p] = [owner[(p, a)] for a in exports[p] if a not in own and (p, a) in owner]
     children = {p: [c for c in pages if c.rsplit(".", 1)[0] == p and c != p] for p in pages}
     short = {}
@@ -200,6 +212,17 @@ def resolve_public_name(app, env, node, contnode):
         return None
     target = node["reftarget"].lstrip("~.").removesuffix("()")
     candidates = [target]
+    # In a docstring: relative to where the documented object is defined, innermost first.
+    source = next((n.source for n in node.traverse(include_self=True, descend=False,
+                                                   ascend=True) if n.source), "") or ""
+    defined = re.search(r"docstring of ([\w.]+)", source)
+    if defined:
+        parts = defined.group(1).split(".")
+        candidates[:0] = [".".join(parts[:i] + [target]) for i in range(len(parts) - 1, 0, -1)]
+    if node.get("py:class"):    # an attribute named inside its class's docstring
+        candidates.insert(0, "%s.%s" % (node["py:class"], target))
+        if node.get("py:module"):
+            candidates.insert(0, "%s.%s.%s" % (node["py:module"], node["py:class"], target))
     if node.get("py:module"):
         candidates.insert(0, "%s.%s" % (node["py:module"], target))
     domain = env.get_domain("py")
@@ -210,11 +233,14 @@ def resolve_public_name(app, env, node, contnode):
             rest = "." + tail + rest
         if not head:
             continue
-        for role in ("obj", "mod"):
-            found = domain.resolve_xref(env, node["refdoc"], app.builder, role,
-                                        API["aliases"][head] + rest, node, contnode)
-            if found is not None:
-                return found
+        full = API["aliases"][head] + rest
+        # An undocumented attribute of a documented class links to the class.
+        for target in (full, API["aliases"][head]) if rest.count(".") == 1 else (full,):
+            for role in ("obj", "mod"):
+                found = domain.resolve_xref(env, node["refdoc"], app.builder, role, target,
+                                            node, contnode)
+                if found is not None:
+                    return found
     return None
 
 
@@ -274,9 +300,18 @@ html_last_updated_fmt = None
 
 
 def fill_api_index(app, docname, source):
-    """List every API module on the API index page (``{{ api_modules }}`` in ``api.rst``)."""
+    """List every API module on the API index page (``{{ api_modules }}`` in ``api.rst``), and
+    add any guide page missing from the index's Guide toctree (a page another branch adds,
+    such as ``run.md``) in front of ``troubleshooting``."""
     if docname == "api":
         source[0] = source[0].replace("{{ api_modules }}", "\n   ".join(API["pages"]))
+    if docname == root_doc:
+        listed = set(re.findall(r"^([\w/.-]+)$", source[0], re.M))
+        pages = sorted(name[:-3] for name in os.listdir(HERE) if name.endswith(".md"))
+        missing = [p for p in pages if p not in listed and p != root_doc]
+        if missing:
+            source[0] = source[0].replace("\ntroubleshooting\n",
+                                          "\n" + "\n".join(missing) + "\ntroubleshooting\n", 1)
 
 
 def notebook_link(app, pagename, templatename, context, doctree):
