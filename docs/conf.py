@@ -142,8 +142,9 @@ def api_model():
     # A submodule hidden behind a same-named attribute of its package (the function
     # ``mxmixed.tutorial.fit`` over the module ``mxmixed.tutorial.fit``) cannot be reached by
     # that name: it gets no page, and its names are documented where its package exports them.
-    shadowed = {m for m in modules if "." in m and not inspect.ismodule(
-        getattr(modules[m.rsplit(".", 1)[0]], m.rsplit(".", 1)[1], modules[m]))}
+    shadowed = {m for m in modules if m.rsplit(".", 1)[0] in modules and m != PACKAGE and
+                not inspect.ismodule(getattr(modules[m.rsplit(".", 1)[0]], m.rsplit(".", 1)[1],
+                                             modules[m]))}
     pages = [m for m in modules if m not in FOLDED and m not in shadowed]
     exports = {m: [a for a in getattr(mod, "__all__", ()) if hasattr(mod, a) and not
                    a.startswith("__") and not inspect.ismodule(getattr(mod, a))]
