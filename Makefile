@@ -41,7 +41,7 @@ notebooks: venv
 	$(VENV)/bin/jupyter lab --notebook-dir=tutorials
 
 docs: venv
-	$(PY) -m sphinx -W --keep-going -E -b html -d docs/_build/doctrees docs docs/_build/html
+	$(PY) -m sphinx -n -W --keep-going -E -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "make docs: open docs/_build/html/index.html"
 
 # Every benchmark, one process each; writes benchmarks/results.json and prints a table.

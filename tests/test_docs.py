@@ -1,5 +1,7 @@
-"""The docs site: it builds with warnings as errors, documents every public name, renders every
-notebook with its stored outputs, loads nothing from the network, and renders in a browser.
+"""The docs site: it builds with warnings and unresolved references as errors (``-n -W``),
+documents every public name on one page per module under the path users import it from, renders
+every notebook with its stored outputs and a download link, shows no broken markup or test
+scaffolding, loads nothing from the network, and fits a 1280 px browser window.
 
 One Sphinx build (the same command as ``make docs``, into a temporary folder) serves every
 test here. The browser check drives Debian's ``chromium`` and ``chromium-driver`` through
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -34,14 +37,14 @@ REMOTE = re.compile(r"^(https?:)?//", re.I)
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """Build the docs once: ``sphinx-build -W --keep-going`` into a temporary folder."""
+    """Build the docs once: ``sphinx-build -n -W --keep-going`` into a temporary folder."""
     for module in ("sphinx", "numpydoc", "myst_nb"):
         if importlib.util.find_spec(module) is None:
             pytest.fail("%s is not installed: the docs extra is part of the test setup "
                         "(pip install -c constraints.txt -e '.[docs]')" % module)
     out = tmp_path_factory.mktemp("docs")
     html = out / "html"
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+    cmd = [sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html",
            "-d", str(out / "doctrees"), str(DOCS), str(html)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=BUILD_TIMEOUT_S,
@@ -67,6 +70,15 @@ def test_docs_build_without_warnings(site):
     assert (site["html"] / "index.html").is_file()
 
 
+# Modules documented under the package (``mxmixed.init_trainer``): they have no page of their own.
+FOLDED = ("mxmixed.training", "mxmixed.scaler")
+CORE = ["init", "amp_scope", "init_trainer", "scale_loss", "unscale", "clip_global_norm", "step",
+        "LossScaler"]
+MODULE_ORDER = ["mxmixed", "mxmixed.optim", "mxmixed.checkpoint", "mxmixed.symbolic",
+                "mxmixed.emulation", "mxmixed.diagnostics", "mxmixed.distributed", "mxmixed.cli"]
+GUIDE = sorted(p.stem for p in DOCS.glob("*.md"))
+
+
 def _public_modules():
     import mxmixed
 
@@ -78,28 +90,37 @@ def _public_modules():
 
 
 def _inventory(site):
+    """``{full name: page}`` of every Python object in the built inventory."""
     from sphinx.util.inventory import InventoryFile
 
     with open(site["html"] / "objects.inv", "rb") as handle:
         inv = InventoryFile.load(handle, "", os.path.join)
-    return {name for kind, entries in inv.items() if kind.startswith("py:") for name in entries}
+    out = {}
+    for kind, entries in inv.items():
+        if kind.startswith("py:"):
+            for name, entry in entries.items():
+                location = entry[2] if isinstance(entry, tuple) else entry.uri
+                out[name] = location.split("#")[0]
+    return out
 
 
 def _resolve(qualname):
+    """The object users reach by that dotted path (an attribute wins over a submodule)."""
     parts = qualname.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:]:
-            obj = getattr(obj, part)
-        return obj
-    raise ImportError(qualname)
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], 1):
+        obj = getattr(obj, part) if hasattr(obj, part) else \
+            importlib.import_module(".".join(parts[:i + 1]))
+    return obj
+
+
+def _has_page(modname):
+    """Modules folded into the package, or hidden behind a same-named attribute, have none."""
+    return modname not in FOLDED and inspect.ismodule(_resolve(modname))
 
 
 def test_api_reference_documents_every_public_name(site):
-    """Checked from the built inventory, independently of conf.py's own check."""
+    """Checked from the built inventory, independently of conf.py's own bookkeeping."""
     documented = _inventory(site)
     by_name = {}
     for qualname in documented:
@@ -107,21 +128,60 @@ def test_api_reference_documents_every_public_name(site):
     missing = []
     for modname in _public_modules():
         module = importlib.import_module(modname)
-        if modname not in documented:
+        if modname not in documented and _has_page(modname):
             missing.append(modname + " (module)")
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
-            if inspect.ismodule(obj):
-                if obj.__name__ not in documented:
-                    missing.append("%s.%s (module)" % (modname, name))
+            if inspect.ismodule(obj) or name.startswith("__"):
                 continue
-            homes = [q for q in by_name.get(name, ()) if _resolve(q) is obj]
-            if not homes:
+            if not [q for q in by_name.get(name, ()) if _resolve(q) is obj]:
                 missing.append("%s.%s" % (modname, name))
     assert not missing, "public names missing from the API reference: %s" % ", ".join(missing)
-    api = _page(site, "api.html")
-    for anchor in ('id="mxmixed.training.init_trainer"', 'id="mxmixed.scaler.LossScaler"'):
-        assert anchor in api
+
+
+def test_api_pages_one_per_module_gluon_core_first_under_the_import_path(site):
+    documented = _inventory(site)
+    for name in CORE:   # documented as mxmixed.X, on the package's page
+        assert documented.get("mxmixed." + name) == "api/mxmixed.html", name
+        assert "mxmixed.training.%s" % name not in documented or name == "LossScaler", name
+    for modname in _public_modules():
+        page = site["html"] / "api" / ("%s.html" % modname)
+        assert page.is_file() == _has_page(modname), modname
+    core = _page(site, "api/mxmixed.html")
+    positions = [core.find('id="mxmixed.%s"' % name) for name in CORE]
+    assert -1 not in positions and positions == sorted(positions), dict(zip(CORE, positions))
+    assert 'id="mxmixed.training.init_trainer"' not in core
+    # The package page lists the other modules in the order of the guide.
+    links = [core.find('href="%s.html"' % m) for m in MODULE_ORDER[1:]
+             if (site["html"] / "api" / ("%s.html" % m)).is_file()]
+    assert -1 not in links and links == sorted(links), links
+    index = _page(site, "api.html")
+    assert 'href="genindex.html"' in index and 'href="py-modindex.html"' in index
+    # The API index lists every module page, the Gluon core first.
+    links = [index.find('href="api/%s.html"' % m) for m in MODULE_ORDER
+             if (site["html"] / "api" / ("%s.html" % m)).is_file()]
+    assert -1 not in links and links == sorted(links), links
+    assert (site["html"] / "py-modindex.html").is_file()
+
+
+def test_every_page_shows_the_version_and_links_the_source_and_indexes(site):
+    import mxmixed
+
+    for name in ("index.html", "quickstart.html", "api/mxmixed.html"):
+        page = _page(site, name)
+        assert "version %s" % mxmixed.__version__ in page, name
+        assert 'class="project-source"' in page and "genindex.html" in page, name
+        assert "py-modindex.html" in page, name
+
+
+def test_guide_pages_link_the_api(site):
+    """Inline code naming an API object is a link, and the core names are linked."""
+    gluon = _page(site, "gluon.html")
+    for name in CORE:
+        assert 'href="api/mxmixed.html#mxmixed.%s"' % name in gluon, name
+    quickstart = _page(site, "quickstart.html")
+    for name in ("init", "init_trainer", "scale_loss", "step"):
+        assert 'href="api/mxmixed.html#mxmixed.%s"' % name in quickstart, name
 
 
 def test_every_notebook_rendered_with_its_outputs(site):
@@ -139,6 +199,73 @@ def test_every_notebook_rendered_with_its_outputs(site):
             notebook.name, images)
         assert page.count('class="cell_output') >= min(1, images + texts), \
             "%s: the stored outputs were not rendered" % notebook.name
+        # ... with a link to download the notebook itself, which is next to the page.
+        assert 'href="%s"' % notebook.name in page, "%s: no download link" % notebook.name
+        download = site["html"] / "tutorials" / notebook.name
+        assert download.read_bytes() == notebook.read_bytes(), notebook.name
+
+
+class _Text(HTMLParser):
+    """The text of a page's body; with ``code=False``, without code, outputs and signatures."""
+
+    SKIP = {"script", "style"}
+    CODE = {"pre", "code"}
+
+    def __init__(self, code):
+        super().__init__()
+        self.code, self.stack, self.parts, self.in_body = code, [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        if tag == "div" and "body" in classes:
+            self.in_body = True
+        if tag in ("br", "img", "meta", "link", "input", "hr"):
+            return
+        skip = tag in self.SKIP or (not self.code and (tag in self.CODE or "highlight" in
+                                                       classes or "sig" in classes))
+        self.stack.append(skip or (self.stack[-1] if self.stack else False))
+
+    def handle_endtag(self, tag):
+        if tag not in ("br", "img", "meta", "link", "input", "hr") and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if self.in_body and not (self.stack and self.stack[-1]):
+            self.parts.append(data)
+
+
+def _text(html, code):
+    parser = _Text(code)
+    parser.feed(html)
+    return "".join(parser.parts)
+
+
+def _content_pages(site):
+    """The guide pages and the tutorials (the pages written by hand, not generated)."""
+    return ["%s.html" % name for name in GUIDE] + \
+        ["tutorials/%s.html" % notebook.stem for notebook in NOTEBOOKS]
+
+
+def test_no_literal_markup_in_rendered_text(site):
+    """``2**16`` outside code renders as a stray bold: ``**`` may only show inside code."""
+    bad = []
+    for name in _content_pages(site):
+        text = _text(_page(site, name), code=False)
+        for match in re.finditer(r".{0,40}\*\*.{0,40}", text):
+            bad.append("%s: %s" % (name, " ".join(match.group(0).split())))
+    assert not bad, "literal ** in rendered text (write it as code, or as 2^16):\n" + \
+        "\n".join(bad)
+
+
+def test_no_test_scaffolding_in_rendered_pages(site):
+    """nbval's markers live in the cells' tags, not as ``# NBVAL_...`` comments on display."""
+    bad = []
+    for name in _content_pages(site):
+        # In a tutorial, code cells count too; a guide page may name the marker in inline code.
+        count = _text(_page(site, name), code=name.startswith("tutorials/")).count("NBVAL_")
+        if count:
+            bad.append("%s: %d" % (name, count))
+    assert not bad, "NBVAL_ markers shown in the rendered pages: %s" % ", ".join(bad)
 
 
 def test_pages_load_nothing_from_the_network(site):
@@ -252,12 +379,40 @@ def test_browser_tutorial_images_load(site, browser):
 
 
 def test_browser_api_page_lists_the_helpers(site, browser):
-    errors = _open(browser, site["html"] / "api.html")
-    _assert_rendered(browser, errors, "API reference")
-    for anchor, name in (("mxmixed.training.init_trainer", "init_trainer"),
-                         ("mxmixed.scaler.LossScaler", "LossScaler")):
+    errors = _open(browser, site["html"] / "api" / "mxmixed.html")
+    _assert_rendered(browser, errors, "mxmixed")
+    for name in ("init_trainer", "LossScaler"):
+        anchor = "mxmixed." + name
         element = browser.find_element("id", anchor)
         assert element.is_displayed() and name in element.text, (anchor, element.text)
-        # ... and the summary table of `import mxmixed` links to it.
+        # ... and the page's summary table links to it.
         assert browser.execute_script(
             "return document.querySelectorAll('a[href$=\"#%s\"]').length;" % anchor) > 0, anchor
+
+
+def test_browser_sidebar_lists_the_api_modules(site, browser):
+    for name in ("index.html", "api/mxmixed.diagnostics.html"):
+        _open(browser, site["html"] / name)
+        listed = browser.execute_script("""
+            return Array.from(document.querySelectorAll('div.sphinxsidebar div.api-modules a'))
+                .filter(a => a.getBoundingClientRect().height > 0).map(a => a.innerText.trim());""")
+        expected = [m for m in MODULE_ORDER if (site["html"] / "api" / ("%s.html" % m)).is_file()]
+        assert [m for m in listed if m in expected] == expected, (name, listed)
+
+
+def test_browser_pages_fit_1280_px(site, browser):
+    """No page scrolls sideways in a 1280 px window: code wraps, tables fit or scroll inside."""
+    assert browser.execute_script("return window.outerWidth;") <= 1280
+    wide = []
+    for name in _content_pages(site) + ["api/mxmixed.html"]:
+        _open(browser, site["html"] / name)
+        width = browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];")
+        if width[0] > width[1]:
+            culprits = browser.execute_script("""
+                const right = document.documentElement.clientWidth;
+                return Array.from(document.querySelectorAll('div.body *'))
+                    .filter(e => e.getBoundingClientRect().right > right)
+                    .slice(0, 3).map(e => e.tagName + ': ' + e.innerText.slice(0, 60));""")
+            wide.append("%s: %d px > %d px %s" % (name, width[0], width[1], culprits))
+    assert not wide, "pages wider than the window:\n" + "\n".join(wide)

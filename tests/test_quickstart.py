@@ -1,0 +1,83 @@
+"""The quick start page (docs/quickstart.md) stays true: its code runs, and prints what the page shows.
+
+The page alternates code blocks (```python or ```bash) with the ```text block of their
+expected output. Each step runs in the same temporary folder, in order (the conversion reads the
+checkpoint that the training loop exported), each Python block in a fresh interpreter because
+``mxmixed.init`` cannot be undone. Outputs are compared line by line with every number replaced
+by ``#``: a number may differ in its last digits on another machine, the words may not.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "quickstart.md"
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.I)
+
+
+def steps():
+    """``(language, code, expected output)`` for each code block of the page, in order."""
+    blocks = FENCE.findall(PAGE.read_text(encoding="utf-8"))
+    out = []
+    for i, (language, code) in enumerate(blocks):
+        if language in ("python", "bash"):
+            follows = blocks[i + 1] if i + 1 < len(blocks) else ("", "")
+            out.append((language, code, follows[1] if follows[0] == "text" else None))
+    return out
+
+
+def _normalized(text):
+    return [" ".join(NUMBER.sub("#", line).split()) for line in text.splitlines()
+            if line.strip()]
+
+
+def test_the_page_has_a_training_loop_and_a_conversion_each_with_its_output():
+    found = steps()
+    assert [language for language, _, _ in found] == ["python", "bash"], found
+    assert all(expected for _, _, expected in found), "a code block without its expected output"
+    python, bash = found[0][1], found[1][1]
+    for needed in ("import mxmixed", "from mxnet import autograd, gluon", "mxmixed.init()",
+                   "mxmixed.init_trainer(", "mxmixed.scale_loss(", "mxmixed.step("):
+        assert needed in python, needed
+    assert bash.strip().startswith("mxmixed convert ")
+
+
+def _run(language, code, cwd):
+    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS",
+                                                                            "2"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if language == "python":
+        cmd = [sys.executable, "-c", code]
+    else:  # one command line; ``mxmixed`` runs as this interpreter's module
+        words = shlex.split(code.strip())
+        assert words[0] == "mxmixed", code
+        cmd = [sys.executable, "-m", "mxmixed"] + words[1:]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_quickstart_code_prints_what_the_page_shows(tmp_path):
+    for language, code, expected in steps():
+        proc = _run(language, code, tmp_path)
+        assert proc.returncode == 0, "%s block failed:\n%s\n%s" % (language, code,
+                                                                   proc.stderr[-3000:])
+        got, want = _normalized(proc.stdout), _normalized(expected)
+        assert got == want, ("the %s block of docs/quickstart.md printed\n%s\n\ninstead of\n%s"
+                             % (language, proc.stdout, expected))
+    for name in ("digits-symbol.json", "digits-0000.params", "digits-fp16-symbol.json",
+                 "digits-fp16-0000.params"):
+        assert (tmp_path / name).is_file(), name
+
+
+@pytest.mark.parametrize("text, same", [
+    ("epoch 0: test accuracy 0.57, loss scale 256", "epoch 1: test accuracy 0.9, loss scale 8"),
+    ("total  150.10 kB     75.43 kB  (50.2%)", "total 151 kB 7.5e+01 kB (49%)"),
+])
+def test_numbers_compare_loosely_and_words_strictly(text, same):
+    assert _normalized(text) == _normalized(same)
+    assert _normalized(text) != _normalized(text.replace("kB", "MB").replace("scale", "factor"))
