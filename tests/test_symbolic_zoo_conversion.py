@@ -1,0 +1,142 @@
+"""Conversion of gluoncv-zoo shaped graphs with defaults: detection ops stay float32, and
+layers kept float32 next to float16 branches of a Concat or an add still give a graph that
+converts, type-checks and runs."""
+import json
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet.gluon import nn
+
+from mxmixed import symbolic
+
+
+def _fan_in_init(net, x):
+    """Scale-preserving random init (fan-in Xavier on every weight), as nothing downloads."""
+    net.initialize()
+    net(x)
+    rng = np.random.RandomState(0)
+    for name, param in net.collect_params().items():
+        if name.endswith("weight") and len(param.shape) >= 2:
+            fan_in = int(np.prod(param.shape[1:]))
+            param.set_data(mx.nd.array(rng.normal(0, np.sqrt(2.0 / fan_in), size=param.shape)))
+
+
+def _export(net, x, tmp_path, name):
+    net.hybridize()
+    net(x)
+    prefix = str(tmp_path / name)
+    net.export(prefix)
+    return mx.model.load_checkpoint(prefix, 0)
+
+
+@pytest.fixture(scope="module")
+def ssd(tmp_path_factory):
+    """gluoncv's smallest SSD at 128x128, fan-in init; box head scaled so boxes stay finite."""
+    from gluoncv.model_zoo import get_model
+
+    with mx.name.NameManager():
+        net = get_model("ssd_512_mobilenet1.0_voc", pretrained=False, pretrained_base=False)
+    x = mx.nd.array(np.random.RandomState(0).uniform(size=(1, 3, 128, 128)))
+    _fan_in_init(net, x)
+    for name, param in net.collect_params(".*box_predictor.*weight").items():
+        param.set_data(param.data() * 0.01)  # untrained box offsets: keep exp() finite
+    sym, args, auxs = _export(net, x, tmp_path_factory.mktemp("ssd"), "ssd")
+    X = np.random.RandomState(1).uniform(size=(2, 3, 128, 128)).astype(np.float32)
+    return sym, args, auxs, X
+
+
+def test_ssd_converts_with_defaults_keeping_detection_ops_float32(ssd):
+    sym, args, auxs, X = ssd
+    model = symbolic.convert(sym, args, auxs)
+    reasons = {op: reason for _, op, reason in model.report.fp32_layers}
+    assert reasons["_contrib_box_decode"] == "detection op"
+    assert reasons["_contrib_box_nms"] == "detection op"
+    assert model.report.count("Convolution", "float16") > 0
+    assert any("detection ops kept float32" in note for note in model.report.notes)
+    assert "note: detection ops kept float32" in str(model.report)
+    block = model.to_block(mx.cpu())
+    outs = block(mx.nd.array(X[:1]))
+    assert [o.shape for o in outs] == [(1, 100, 1), (1, 100, 1), (1, 100, 4)]
+
+
+def test_ssd_without_the_default_still_converts_by_casting_box_decode_inputs(ssd):
+    # MXNet's pass leaves box_decode with float16 predictions and float32 anchors (its graph
+    # does not type-check); the settling pass casts them to one dtype instead of failing
+    sym, args, auxs, X = ssd
+    model = symbolic.convert(sym, args, auxs, keep_detection_float32=False)
+    reasons = {op: reason for _, op, reason in model.report.fp32_layers}
+    assert reasons["_contrib_box_decode"] == "inputs must share a dtype"
+    assert any("does not type-check" in note for note in model.report.notes)
+    assert len(model.to_block(mx.cpu())(mx.nd.array(X[:1]))) == 3
+
+
+def _branch(prefix, kernel, in_channels):
+    branch = nn.HybridSequential(prefix=prefix)
+    with branch.name_scope():
+        branch.add(nn.Conv2D(8, kernel, padding=kernel // 2, in_channels=in_channels,
+                             use_bias=False),
+                   nn.BatchNorm(in_channels=8), nn.Activation("relu"))
+    return branch
+
+
+class InceptionBlock(nn.HybridBlock):
+    """Inception-style: a stem, three conv+BN+relu branches (one after a pooling) joined by a
+    Concat. Excluding the stem makes MXNet's own pass fail ("Non-uniform data type in
+    Concat")."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = _branch("stem_", 3, 3)
+            self.b1 = _branch("b1_", 1, 8)
+            self.b2 = _branch("b2_", 3, 8)
+            self.pool = nn.AvgPool2D(3, 1, 1)
+            self.b3 = _branch("b3_", 1, 8)
+            self.head = nn.Dense(4, in_units=24 * 64, prefix="head_")
+
+    def hybrid_forward(self, F, x):
+        x = self.stem(x)
+        return self.head(F.concat(self.b1(x), self.b2(x), self.b3(self.pool(x)), dim=1))
+
+
+@pytest.fixture(scope="module")
+def inception(tmp_path_factory):
+    mx.random.seed(0)
+    net = InceptionBlock(prefix="inc_")
+    x = mx.nd.array(np.random.RandomState(0).uniform(size=(2, 3, 8, 8)))
+    with mx.name.NameManager():
+        _fan_in_init(net, x)
+        sym, args, auxs = _export(net, x, tmp_path_factory.mktemp("inc"), "inc")
+    return sym, args, auxs, x.asnumpy().astype(np.float32)
+
+
+@pytest.mark.parametrize("excluded", [["inc_stem_conv0_fwd"], ["inc_b2_conv0_fwd"],
+                                      ["inc_b1_conv0_fwd", "inc_b3_conv0_fwd"]])
+def test_a_branch_kept_float32_next_to_float16_branches_converts_and_runs(inception, excluded):
+    sym, args, auxs, X = inception
+    model = symbolic.convert(sym, args, auxs, exclude_layers=excluded)
+    for name in excluded:
+        assert model.report.layer_dtypes[name] == "float32"
+        weight = name[:-len("_fwd")] + "_weight"
+        assert args[weight].dtype == np.float32 and model.arg_params[weight].dtype == np.float32
+    assert model.report.count("Convolution", "float16") >= 1
+    check = symbolic.validate((sym, args, auxs), model, X, progress=False)
+    assert check.passes(1e-2), check
+
+
+def test_where_mxnets_pass_fails_inputs_are_cast_and_the_graph_saves(inception, tmp_path):
+    sym, args, auxs, X = inception
+    with pytest.raises(mx.base.MXNetError, match="Concat"):
+        from mxnet.contrib import amp
+
+        amp.convert_model(sym, dict(args), dict(auxs), excluded_sym_names=["inc_stem_conv0_fwd"])
+    model = symbolic.convert(sym, args, auxs, exclude_layers=["inc_stem_conv0_fwd"])
+    assert any("does not type-check" in note for note in model.report.notes)
+    model.save(str(tmp_path / "m"), 0)
+    net = symbolic.load_float16(str(tmp_path / "m"), 0, ctx=mx.cpu())
+    assert net(mx.nd.array(X)).shape == (2, 4)
+    assert model.report.count("Convolution", "float16") == 3
+    graph = json.loads(model.symbol.tojson(remove_amp_cast=False))
+    assert any(n["op"] in ("amp_cast", "amp_multicast") for n in graph["nodes"])
