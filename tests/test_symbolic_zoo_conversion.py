@@ -13,7 +13,9 @@ from mxmixed import symbolic
 
 
 def _fan_in_init(net, x):
-    """Scale-preserving random init (fan-in Xavier on every weight), as nothing downloads."""
+    """Scale-preserving random init, as nothing downloads: fan-in Xavier on every weight,
+    identity BatchNorm (gamma and variance 1, beta and mean 0) and zero biases, by name,
+    since gluoncv's symbol-built blocks otherwise get the default uniform init."""
     net.initialize()
     net(x)
     rng = np.random.RandomState(0)
@@ -21,6 +23,10 @@ def _fan_in_init(net, x):
         if name.endswith("weight") and len(param.shape) >= 2:
             fan_in = int(np.prod(param.shape[1:]))
             param.set_data(mx.nd.array(rng.normal(0, np.sqrt(2.0 / fan_in), size=param.shape)))
+        elif name.endswith(("gamma", "moving_var", "running_var")):
+            param.set_data(mx.nd.ones(param.shape))
+        elif name.endswith(("beta", "moving_mean", "running_mean", "bias")):
+            param.set_data(mx.nd.zeros(param.shape))
 
 
 def _export(net, x, tmp_path, name):
@@ -33,15 +39,13 @@ def _export(net, x, tmp_path, name):
 
 @pytest.fixture(scope="module")
 def ssd(tmp_path_factory):
-    """gluoncv's smallest SSD at 128x128, fan-in init; box head scaled so boxes stay finite."""
+    """gluoncv's smallest SSD at 128x128, fan-in init with calibrated BatchNorm."""
     from gluoncv.model_zoo import get_model
 
     with mx.name.NameManager():
         net = get_model("ssd_512_mobilenet1.0_voc", pretrained=False, pretrained_base=False)
     x = mx.nd.array(np.random.RandomState(0).uniform(size=(1, 3, 128, 128)))
     _fan_in_init(net, x)
-    for name, param in net.collect_params(".*box_predictor.*weight").items():
-        param.set_data(param.data() * 0.01)  # untrained box offsets: keep exp() finite
     sym, args, auxs = _export(net, x, tmp_path_factory.mktemp("ssd"), "ssd")
     X = np.random.RandomState(1).uniform(size=(2, 3, 128, 128)).astype(np.float32)
     return sym, args, auxs, X
@@ -140,3 +144,38 @@ def test_where_mxnets_pass_fails_inputs_are_cast_and_the_graph_saves(inception, 
     assert model.report.count("Convolution", "float16") == 3
     graph = json.loads(model.symbol.tojson(remove_amp_cast=False))
     assert any(n["op"] in ("amp_cast", "amp_multicast") for n in graph["nodes"])
+
+
+# ------------------------------------------------------------------ detection-aware validation
+def test_ssd_validates_with_the_detection_rule(ssd):
+    sym, args, auxs, X = ssd
+    model = symbolic.convert(sym, args, auxs)
+    check = symbolic.validate((sym, args, auxs), model, X, progress=False)
+    assert [c.name for c in check.checks] == ["detections"]
+    assert "IoU" in check.rule
+    assert check.passes(1e-2), check
+    assert "detections" in str(check)
+
+
+def test_a_detector_whose_boxes_move_fails_validation(ssd):
+    sym, args, auxs, X = ssd
+    model = symbolic.convert(sym, args, auxs)
+    moved = dict(model.arg_params)
+    for name in moved:
+        if "convpredictor" in name and name.endswith("bias"):
+            # offsets of 0.2 move every box by a fifth of its anchor
+            moved[name] = (moved[name].astype("float32") + 0.2).astype(moved[name].dtype)
+    bad = symbolic.ConvertedModel(model.symbol, moved, model.aux_params, model.report)
+    check = symbolic.validate((sym, args, auxs), bad, X, progress=False)
+    assert not check.passes(1e-2), check
+    assert check.error > 1e-2
+
+
+def test_the_relative_rule_can_be_forced_and_reports_each_output(ssd):
+    sym, args, auxs, X = ssd
+    model = symbolic.convert(sym, args, auxs)
+    check = symbolic.validate((sym, args, auxs), model, X[:1], progress=False,
+                              rule="relative")
+    assert [c.name for c in check.checks] == ["output 0", "output 1", "output 2"]
+    with pytest.raises(symbolic.ConversionError, match="rule"):
+        symbolic.validate((sym, args, auxs), model, X[:1], progress=False, rule="iou")
