@@ -18,7 +18,9 @@ from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32, _last_line
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
+from ._probe import _probe, _underflow_layers, _underflow_note
 from ._report import ConversionReport, _build_report
+from ._validation import _batches
 from ._settle import DETECTION_OPS, _param_types_after, _settle
 
 __all__ = ["convert", "ConvertedModel"]
@@ -123,7 +125,7 @@ def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_nam
 
 def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),
             exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=(),
-            keep_detection_float32=True):
+            keep_detection_float32=True, calibration=None, batch_size=8, ctx=None):
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -155,6 +157,15 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
         Keep box decoding, NMS, anchors, ROI and proposal ops (``_contrib_box_decode``,
         ``_contrib_box_nms``, ``_contrib_MultiBoxPrior``, ``ROIPooling``, ...) in float32,
         with their inputs cast to float32; reported with the reason ``'detection op'``.
+    calibration : array-like or iterable, optional
+        Representative inputs, as in :func:`validate`. When given, the float32 model runs on
+        them once, and the report warns (in ``notes``) when the outputs or whole layers that
+        will compute in float16 stay below float16's smallest normal (6.1e-5), where float16
+        loses its precision or flushes to 0, and names :func:`search_fp32_layers`.
+    batch_size : int, default 8
+        Batch size of the calibration run.
+    ctx : mxnet.Context, optional
+        Where the calibration runs; the first GPU when there is one, else the CPU.
 
     Returns
     -------
@@ -242,6 +253,13 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
     if detection:
         notes.insert(0, "detection ops kept float32 by default (keep_detection_float32=True): "
                      + ", ".join(detection))
+    if calibration is not None:
+        names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
+        outputs, stats, _ = _probe(sym, arg32, aux32, names, _batches(calibration, batch_size),
+                                   _default_ctx(ctx), False, "")
+        tiny, heads = _underflow_layers(names, stats.peak, outputs)
+        if tiny or heads:
+            notes.append(_underflow_note(tiny, heads, outputs))
     report.notes = notes + report.notes
     report.seconds = time.perf_counter() - start
     return ConvertedModel(new_sym, new_args, new_auxs, report)

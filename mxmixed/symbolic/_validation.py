@@ -16,7 +16,6 @@ from mxnet import gluon
 
 from .. import emulation
 from ._common import ConversionError, _FLOAT16, _FLOAT32
-from ._conversion import ConvertedModel
 from ._detections import OutputCheck, compare_outputs
 from ._graph import _default_ctx, _is_cpu, _symbol_block
 
@@ -47,8 +46,8 @@ class _Runner:
 
     def __init__(self, model, ctx, input_dtype=None):
         self.ctx = ctx
-        if isinstance(model, ConvertedModel):
-            model = tuple(model)
+        if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
+            model = (model.symbol, model.arg_params, model.aux_params)
         if isinstance(model, tuple) and len(model) == 3:
             self.block = _symbol_block(*model, ctx)
         elif isinstance(model, gluon.Block):
