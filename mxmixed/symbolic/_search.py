@@ -206,14 +206,13 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
     scores = np.zeros(len(names))
     try:
         # Greedy rounds, each one instrumented float16 run: keep float32 every layer that
-        # turns finite values into inf or NaN, else the one that adds the most error.
-        # Layers whose float32 output exceeds float16's range start in the set.
+        # turns finite values into inf or NaN, or the one layer whose added error stands
+        # out (4x the 8th largest). Layers whose float32 output exceeds float16's range
+        # start in the set. When the error is spread over many layers, bisect the ranking.
         chosen = [name for name in names if peaks[name] > 65504.0]
         initial = error_with([]) if chosen else None
-        limit = 2 * max(1, math.ceil(math.log2(max(len(names), 1)))) + 4
-        rounds, met = 0, False
-        while rounds < limit:
-            rounds += 1
+        met = False
+        for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
             try:
                 err, scores = probe_with(chosen)
             except ConversionError as exc:
@@ -227,13 +226,18 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
                 met = True
                 break
             fresh = [k for k in np.argsort(-scores, kind="stable") if names[k] not in chosen]
+            blowups = [names[k] for k in fresh if np.isinf(scores[k])]
+            if blowups:
+                chosen = chosen + blowups
+                continue
             if not fresh or scores[fresh[0]] <= 0:
                 break
-            blowups = [names[k] for k in fresh if np.isinf(scores[k])]
-            step = 1 << min(3, rounds // 4)  # 1, then 2, 4, 8 layers per round
-            chosen = chosen + (blowups or [names[k] for k in fresh[:step]])
+            crowd = scores[fresh[min(7, len(fresh) - 1)]]
+            if scores[fresh[0]] < 4 * crowd:
+                break
+            chosen = chosen + [names[fresh[0]]]
+        found = len(chosen)
         if not met:
-            # Fall back on bisection over the ranking of the last instrumented run.
             ordered = _rank(names, stats32.peak, scores)
             ordered = chosen + [n for n in ordered if n not in chosen]
             low, high = len(chosen), len(ordered)
@@ -248,8 +252,9 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
                                       "layers kept float32 (error %.4g)"
                                       % (tolerance, len(ordered), cache[tuple(sorted(ordered))]))
             chosen = ordered[:high]
-        if chosen:
-            chosen = _prune(chosen, error_with, tolerance)
+        if len(chosen) > 1:
+            budget = 2 * found + math.ceil(math.log2(max(len(names), 1))) + 4 - len(cache)
+            chosen = _prune(chosen, error_with, tolerance, max(budget, 0))
     finally:
         if bar is not None:
             bar.close()
@@ -269,27 +274,32 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
                         time.perf_counter() - start, _rule_text(reference, rule))
 
 
-def _prune(chosen, error_with, tolerance):
-    """Drop the layers of ``chosen`` that are not needed (adaptive group testing).
+def _prune(chosen, error_with, tolerance, budget):
+    """Drop layers of ``chosen`` that are not needed, in at most ``budget`` evaluations.
 
-    The last layer added is needed (the set without it did not meet the tolerance). A short
-    set is tried one layer at a time; a long one as groups, halved while a group cannot go.
+    Adaptive group testing from the least sensitive end: the last half of the set is tried
+    as one group, and a group that cannot go is halved. The last layer in rank order is
+    needed (the set without it did not meet the tolerance) and is not tried. The budget
+    keeps the search within ``2k + ceil(log2 n) + 4`` evaluations for the ``k`` layers the
+    greedy rounds found; a set found by bisection stays as it is where the budget ends.
     """
     keep = list(chosen)
-    last = keep[-1:]
     rest = keep[:-1]
-    groups = [[name] for name in rest] if len(rest) <= 8 else [rest]
-    while groups:
+    groups = [[name] for name in reversed(rest)] if len(rest) <= 4 else [rest[len(rest) // 2:],
+                                                                          rest[:len(rest) // 2]]
+    used = 0
+    while groups and used < budget:
         group = groups.pop(0)
         if not group:
             continue
         trial = [name for name in keep if name not in group]
+        used += 1
         if error_with(trial) <= tolerance:
             keep = trial
         elif len(group) > 1:
             half = len(group) // 2
-            groups[:0] = [group[:half], group[half:]]
-    return [name for name in keep if name not in last] + last
+            groups[:0] = [group[half:], group[:half]]
+    return keep
 
 
 def _rule_text(reference, rule):
