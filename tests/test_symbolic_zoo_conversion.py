@@ -179,3 +179,35 @@ def test_the_relative_rule_can_be_forced_and_reports_each_output(ssd):
     assert [c.name for c in check.checks] == ["output 0", "output 1", "output 2"]
     with pytest.raises(symbolic.ConversionError, match="rule"):
         symbolic.validate((sym, args, auxs), model, X[:1], progress=False, rule="iou")
+
+
+def _dets(boxes, scores, ids, k=6):
+    n = len(boxes)
+    out_ids = -np.ones((1, k, 1), np.float32)
+    out_scores = -np.ones((1, k, 1), np.float32)
+    out_boxes = -np.ones((1, k, 4), np.float32)
+    out_ids[0, :n, 0], out_scores[0, :n, 0], out_boxes[0, :n] = ids, scores, boxes
+    return [out_ids, out_scores, out_boxes]
+
+
+def test_detections_that_swap_order_or_move_slightly_still_match():
+    from mxmixed.symbolic._detections import compare_outputs
+
+    boxes = np.array([[10, 10, 50, 50], [60, 20, 90, 70], [0, 0, 20, 30]], np.float32)
+    ref = _dets(boxes, [0.90, 0.800, 0.801], [1, 2, 2])
+    got = _dets(boxes[[0, 2, 1]] + 0.01, [0.9001, 0.8012, 0.7998], [1, 2, 2])
+    checks, *_ = compare_outputs(ref, got)
+    assert checks[0].name == "detections" and checks[0].error < 1e-2, checks
+    moved = _dets(boxes + [[8, 0, 8, 0]], [0.90, 0.800, 0.801], [1, 2, 2])
+    assert compare_outputs(ref, moved)[0][0].error > 1e-2
+    relabelled = _dets(boxes, [0.90, 0.800, 0.801], [1, 2, 3])
+    assert compare_outputs(ref, relabelled)[0][0].error == 1.0
+
+
+def test_degenerate_boxes_of_an_untrained_detector_match_by_their_corners():
+    from mxmixed.symbolic._detections import compare_outputs
+
+    flat = np.array([[128, 5, 128, 40], [0, 0, 0, 0]], np.float32)  # clipped to zero area
+    checks, *_ = compare_outputs(_dets(flat, [0.5, 0.4], [0, 1]),
+                                 _dets(flat + 0.05, [0.5, 0.4], [0, 1]))
+    assert checks[0].error < 1e-2, checks

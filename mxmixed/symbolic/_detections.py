@@ -73,14 +73,19 @@ def _valid(ids, scores, boxes):
     return (ids >= 0) & (scores > 0) & np.isfinite(boxes).all(axis=1) & np.isfinite(scores)
 
 
-def _iou(a, b):
+def _iou(a, b, scale):
+    """IoU matrix; two degenerate boxes (zero area, as clipped boxes of an untrained detector
+    are) count as overlapping fully when their corners are within 1% of ``scale``."""
     lo = np.maximum(a[:, None, :2], b[None, :, :2])
     hi = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.clip(hi - lo, 0, None).prod(axis=2)
     area_a = np.clip(a[:, 2:] - a[:, :2], 0, None).prod(axis=1)
     area_b = np.clip(b[:, 2:] - b[:, :2], 0, None).prod(axis=1)
     union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    iou = inter / np.where(union > 0, union, 1)
+    degenerate = (area_a[:, None] == 0) | (area_b[None, :] == 0)
+    close = np.abs(a[:, None, :] - b[None, :, :]).max(axis=2) <= 0.01 * scale
+    return np.where(degenerate, close.astype(float), iou)
 
 
 def match_detections(ref, got):
@@ -104,7 +109,8 @@ def match_detections(ref, got):
             if full and len(sc):
                 cutoff = max(cutoff, float(sc.min()) + _CUTOFF_MARGIN)
         (i32, s32, b32, _), (i16, s16, b16, _) = lists
-        iou = _iou(b32, b16) if len(b32) and len(b16) else np.zeros((len(b32), len(b16)))
+        iou = (_iou(b32, b16, scale) if len(b32) and len(b16)
+               else np.zeros((len(b32), len(b16))))
         taken = np.zeros(len(b16), bool)
         for k in np.argsort(-s32, kind="stable"):
             ok = (i16 == i32[k]) & ~taken & (iou[k] >= _IOU_MIN)
