@@ -258,7 +258,7 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
     finally:
         if bar is not None:
             bar.close()
-    del acts32
+    acts32.clear()  # the float32 activations: free them
     ordered = chosen + [n for n in _rank(names, stats32.peak, scores) if n not in chosen]
     ranking = [(name, float(peaks[name])) for name in ordered]
     tiny, heads = _underflow_layers(names, stats32.peak, reference)
