@@ -42,6 +42,8 @@ SUITES = [
      "training memory of AMP and cast('float16') relative to float32"),
     ("notebooks", "notebooks.py", [], [],
      "wall time of the tutorial suite, relative to a reference workload"),
+    ("zoo", "zoo.py", [], ["--quick"],
+     "gluoncv zoo: convert, validate (detections by IoU), search evaluations, onnx peer"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
      "GPU images/s: float32 vs AMP vs cast('float16') + multi-precision (untested here)"),
 ]
@@ -60,6 +62,8 @@ HOW = {
                  "blocks of 30 float32 digits CNN steps before the first notebook and after "
                  "each; ratio = notebook time / (1000 x the adjacent reference step time), "
                  "summed over the notebooks",
+    "zoo": "one fresh process per model; convert and search timed once, inference the median "
+           "of 3 after a warm-up; random fan-in init; CPU emulation of float16",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
                       "of steps in alternation per batch size; images/s and speed-up over "
                       "float32 per round; peak memory from nvidia-smi per process",
@@ -182,6 +186,8 @@ def figures(suite, raw):
                                 scaled["ratio"], "x", absolute="%.2f ms vs %.2f ms" % (
                                     scaled["f16_ms"], scaled["f32_ms"]),
                                 forward_ratio=scaled.get("fwd_ratio")))
+    elif suite == "zoo":
+        out.extend(raw)  # zoo.py writes the common records itself
     elif suite == "memory":
         for r in raw:
             out.append(_fig(suite, r["workload"], "AMP bytes / float32 bytes", r["amp_ratio"],

@@ -10,9 +10,10 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
 * :func:`convert`: ``amp.convert_model`` with float32 inputs and outputs by default, op and
   layer exclusions, optional params cast to float16, and a :class:`ConversionReport`;
 * :func:`validate`: the float32 and float16 models side by side on the same inputs
-  (:class:`ValidationReport`);
+  (:class:`ValidationReport`), detectors compared by matching detections;
 * :func:`search_fp32_layers`: a small set of layers that must stay float32 for the outputs to
-  meet a tolerance, found by ranking layers by their float32 activation range and bisecting;
+  meet a tolerance, found from instrumented float16 runs (the error each layer adds),
+  bisection and group testing;
 * :func:`load_checkpoint` / :func:`save_checkpoint`: checked loading, and saving that writes
   both files or neither;
 * :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;

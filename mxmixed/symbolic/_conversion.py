@@ -18,7 +18,10 @@ from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32, _last_line
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
+from ._probe import _probe, _underflow_layers, _underflow_note
 from ._report import ConversionReport, _build_report
+from ._validation import _batches
+from ._settle import DETECTION_OPS, _param_types_after, _settle
 
 __all__ = ["convert", "ConvertedModel"]
 
@@ -83,8 +86,46 @@ def _closest(name, choices):
     return " (did you mean %r?)" % close[0] if close else ""
 
 
+def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes):
+    """``amp.convert_model`` with ``reasons`` excluded, settled where its graph is not typed.
+
+    The fast path is MXNet's pass with the exclusions. When that fails or its graph does not
+    type-check, the graph is converted without exclusions and :func:`_settle` forces the
+    excluded nodes to float32 and casts mismatched inputs.
+    """
+    data_types = {n: _FLOAT32 for n in data_names}
+    try:
+        new_sym, new_args, new_auxs = amp.convert_model(
+            sym, dict(arg32), dict(aux32), target_dtype=target,
+            excluded_sym_names=sorted(reasons), cast_optional_params=cast_optional)
+        _entry_dtypes(_graph(new_sym), _known_types(new_args, new_auxs, data_types))
+        return new_sym, new_args, new_auxs
+    except (AssertionError, ValueError, mx.base.MXNetError, ConversionError) as err:
+        first = _last_line(err)
+    try:
+        new_sym, new_args, new_auxs = amp.convert_model(
+            sym, dict(arg32), dict(aux32), target_dtype=target, excluded_sym_names=[],
+            cast_optional_params=cast_optional)
+    except (AssertionError, ValueError, mx.base.MXNetError) as err:
+        raise ConversionError("MXNet cannot convert this graph: %s" % _last_line(err)) from None
+    graph = _graph(new_sym)
+    settled, widened, fp32_params = _settle(
+        graph, set(reasons), _param_types_after(graph, new_args, new_auxs), data_types, target)
+    for name in fp32_params:
+        if name in new_args:
+            new_args[name] = arg32[name]
+    for name in widened:
+        reasons.setdefault(name, "inputs must share a dtype")
+    new_sym = mx.sym.load_json(json.dumps(settled))
+    notes.append("MXNet's AMP pass gave a graph that does not type-check (%s); inputs were "
+                 "cast around %d float32 layer(s) and %d op(s) with mixed input dtypes"
+                 % (first, len(reasons) - len(widened), len(widened)))
+    return new_sym, new_args, new_auxs
+
+
 def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),
-            exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=()):
+            exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=(),
+            keep_detection_float32=True, calibration=None, batch_size=8, ctx=None):
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -112,6 +153,19 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
     searched_layers : sequence of str
         Layers found by :func:`search_fp32_layers`: kept float32 like ``exclude_layers`` and
         reported with the reason ``'search'``.
+    keep_detection_float32 : bool, default True
+        Keep box decoding, NMS, anchors, ROI and proposal ops (``_contrib_box_decode``,
+        ``_contrib_box_nms``, ``_contrib_MultiBoxPrior``, ``ROIPooling``, ...) in float32,
+        with their inputs cast to float32; reported with the reason ``'detection op'``.
+    calibration : array-like or iterable, optional
+        Representative inputs, as in :func:`validate`. When given, the float32 model runs on
+        them once, and the report warns (in ``notes``) when the outputs or whole layers that
+        will compute in float16 stay below float16's smallest normal (6.1e-5), where float16
+        loses its precision or flushes to 0, and names :func:`search_fp32_layers`.
+    batch_size : int, default 8
+        Batch size of the calibration run.
+    ctx : mxnet.Context, optional
+        Where the calibration runs; the first GPU when there is one, else the CPU.
 
     Returns
     -------
@@ -126,6 +180,12 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
 
     .. note::
        BatchNorm gamma, beta and moving statistics always stay float32 (MXNet issue #17164).
+
+    .. note::
+       Where MXNet's AMP pass leaves ops with float16 and float32 inputs side by side (an
+       excluded branch of a ``Concat`` or an add, an op in none of its lists), the inputs are
+       cast to one dtype: float32 for most ops (reason ``'inputs must share a dtype'``),
+       float16 for Convolution-like ops. The report's notes say when this happened.
     """
     start = time.perf_counter()
     target = _check_target(target_dtype)
@@ -160,17 +220,19 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
                 raise ConversionError("no layer named %r in the graph%s"
                                       % (name, _closest(name, layer_names)))
             reasons[name] = reason
+    if keep_detection_float32:
+        for node in nodes:
+            if node["op"] in DETECTION_OPS:
+                reasons.setdefault(node["name"], "detection op")
     arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
              for k, v in arg_params.items()}
     aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
-    try:
-        new_sym, new_args, new_auxs = amp.convert_model(
-            sym, dict(arg32), dict(aux32), target_dtype=target,
-            excluded_sym_names=sorted(reasons), cast_optional_params=bool(cast_optional_params))
-    except (AssertionError, ValueError, mx.base.MXNetError) as err:
-        raise ConversionError("MXNet cannot convert this graph: %s" % _last_line(err)) from None
+    notes = []
+    new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
+                                                   bool(cast_optional_params), data_names,
+                                                   notes)
     converted = dict(new_args, **new_auxs)
     bad = sorted(name for name in _batchnorm_params(_graph(new_sym))
                  if name in converted and np.dtype(converted[name].dtype) != _FLOAT32)
@@ -186,5 +248,18 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
                            data_names, reasons,
                            {"keep_io_types": bool(keep_io_types),
                             "cast_optional_params": bool(cast_optional_params)}, target)
+    detection = sorted({op for name, op in ((n["name"], n["op"]) for n in nodes)
+                        if reasons.get(name) == "detection op"})
+    if detection:
+        notes.insert(0, "detection ops kept float32 by default (keep_detection_float32=True): "
+                     + ", ".join(detection))
+    if calibration is not None:
+        names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
+        outputs, stats, _ = _probe(sym, arg32, aux32, names, _batches(calibration, batch_size),
+                                   _default_ctx(ctx), False, "")
+        tiny, heads = _underflow_layers(names, stats.peak, outputs)
+        if tiny or heads:
+            notes.append(_underflow_note(tiny, heads, outputs))
+    report.notes = notes + report.notes
     report.seconds = time.perf_counter() - start
     return ConvertedModel(new_sym, new_args, new_auxs, report)

@@ -59,6 +59,9 @@ class ConversionReport:
         Time the conversion and this report took.
     layer_dtypes : dict of str to str
         Compute dtype of every computing node, by name (not printed).
+    notes : list of str
+        What the conversion did beyond MXNet's pass and what to watch for: detection ops kept
+        float32, casts around layers with mixed input dtypes, float16 underflow warnings.
     """
 
     target_dtype: str
@@ -73,6 +76,7 @@ class ConversionReport:
     cast_optional_params: bool
     seconds: float = 0.0
     layer_dtypes: Dict[str, str] = field(default_factory=dict, repr=False)
+    notes: List[str] = field(default_factory=list)
 
     @property
     def bytes_before(self):
@@ -131,6 +135,8 @@ class ConversionReport:
             lines.append("  %-*s %-*s %s" % (nwidth, "layer", owidth, "op", "reason"))
             for name, op, reason in self.fp32_layers:
                 lines.append("  %-*s %-*s %s" % (nwidth, name, owidth, op, reason))
+        for note in self.notes:
+            lines.append("note: %s" % note)
         return "\n".join(lines)
 
 

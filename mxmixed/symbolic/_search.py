@@ -1,24 +1,23 @@
 """The float32-layer search: a small set of layers to keep float32 to meet a tolerance.
 
-:func:`search_fp32_layers` ranks layers by their float32 activation range and bisects;
+:func:`search_fp32_layers` ranks layers by the float16 error each one adds (one instrumented
+float32 and one float16 run), bisects the ranking and prunes the prefix by group testing;
 :class:`SearchResult` holds the outcome. Re-exported by :mod:`mxmixed.symbolic`.
 """
-import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
 import numpy as np
 
-import mxnet as mx
-
 from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
 from ._graph import _default_ctx, _graph, _inference_graph
-from ._validation import _Runner, _batches, _compare, _progress, _run
+from ._probe import _probe, _sensitivity, _underflow_layers, _underflow_note
+from ._validation import _Runner, _batches, _compare, _run
 
 __all__ = ["search_fp32_layers", "SearchResult"]
-
 
 # ------------------------------------------------------------------ the fp32-layer search
 @dataclass
@@ -39,9 +38,23 @@ class SearchResult:
         Conversions run and compared; a naive one-layer-at-a-time search needs one per
         candidate.
     ranking : list of (str, float)
-        The candidate layers, ``(name, max |float32 activation|)``, most at risk first.
+        The candidate layers, ``(name, max |float32 activation|)``: the layers found first,
+        then the rest, overflowing ones first, then by :attr:`sensitivity`.
     model : ConvertedModel
         The model converted with ``layers`` kept float32 (reported with reason 'search').
+    sensitivity : dict of str to float
+        The float16 error each candidate adds, from the last instrumented float16 run (with
+        :attr:`layers` float32 when the tolerance was met).
+    skipped : list of (str, str)
+        Candidate sets that could not be converted, ``(layers, reason)``; they count as not
+        meeting the tolerance.
+    bound : int
+        The evaluation bound ``2k + ceil(log2 n) + 4`` for ``n`` candidates and ``k`` layers
+        found.
+    seconds : float
+        Wall time of the search.
+    rule : str
+        How outputs were compared (see :func:`validate`).
     """
 
     layers: List[str]
@@ -51,52 +64,52 @@ class SearchResult:
     evaluations: int
     ranking: List[Tuple[str, float]] = field(repr=False)
     model: ConvertedModel = field(repr=False)
+    sensitivity: dict = field(default_factory=dict, repr=False)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    bound: int = 0
+    seconds: float = 0.0
+    rule: str = "relative"
 
     def __str__(self):
         lines = ["float32-layer search: tolerance %.3g on max rel error" % self.tolerance,
                  "  error all float16:     %.4g" % self.initial_error,
                  "  error after search:    %.4g" % self.error,
-                 "  evaluations:           %d (for %d candidate layers)"
-                 % (self.evaluations, len(self.ranking)),
+                 "  evaluations:           %d (for %d candidate layers; bound 2k + "
+                 "ceil(log2 n) + 4 = %d)" % (self.evaluations, len(self.ranking), self.bound),
+                 "  time:                  %.2f s" % self.seconds,
+                 "  rule:                  %s" % self.rule,
                  "  layers kept float32:   %s" % (", ".join(self.layers) or "none")]
+        for layers, reason in self.skipped:
+            lines.append("  skipped (cannot convert): %s: %s" % (layers, reason))
         return "\n".join(lines)
 
 
-def _activation_ranges(sym, arg_params, aux_params, candidates, batches, ctx, progress):
-    """Largest |output| of each candidate layer in float32, plus the float32 outputs."""
-    graph = _graph(_inference_graph(sym))
-    position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
-    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
-    heads = list(graph["heads"])
-    probe["heads"] = heads + [[position[name], 0, 0] for name in candidates]
-    probe_sym = mx.sym.load_json(json.dumps(probe))
-    runner = _Runner((probe_sym, arg_params, aux_params), ctx)
-    outputs = None
-    ranges = np.zeros(len(candidates))
-    for batch in _progress(batches, progress, "search: float32 ranges", total=len(batches)):
-        outs = runner(batch)
-        if outputs is None:
-            outputs = [[] for _ in heads]
-        for store, out in zip(outputs, outs[:len(heads)]):
-            store.append(out)
-        for k, act in enumerate(outs[len(heads):]):
-            finite = np.abs(act[np.isfinite(act)])
-            ranges[k] = max(ranges[k], float(finite.max(initial=0.0)))
-    return ranges, [np.concatenate(parts) for parts in outputs]
+def _rank(names, peaks, scores):
+    """Overflowing layers first, then by the error they add, then by activation range."""
+    order = sorted(range(len(names)), key=lambda k: (
+        -int(peaks[k] > 65504.0), -scores[k] if np.isfinite(scores[k]) else -np.inf, -peaks[k], k))
+    return [names[k] for k in order]
 
 
 def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, exclude_layers=(),
                        exclude_ops=(), keep_io_types=True, cast_optional_params=True,
-                       batch_size=8, ctx=None, progress=True):
+                       batch_size=8, ctx=None, progress=True, keep_detection_float32=True,
+                       rule="auto"):
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
-    one layer at a time: the layers that compute in float16 are ranked once by the largest
-    magnitude of their float32 output on ``inputs`` (the ones nearest float16's limit of
-    65504 first), then a bisection finds the shortest prefix of that ranking that meets the
-    tolerance, and a last pass drops any layer of that prefix that is not needed.
-    That takes about ``2 + log2(n) + k`` conversions for ``n`` candidates and ``k`` layers
-    found.
+    one layer at a time:
+
+    1. one float32 and one float16 run with every candidate layer's output exposed rank the
+       layers: those that overflow first, then by the error each one *adds* (its relative
+       error against its float32 activation, less the error it receives from its inputs);
+    2. a bisection finds the shortest prefix of that ranking that meets the tolerance;
+    3. group testing drops the layers of the prefix that are not needed (the rest of the
+       prefix as one group, halved while a group cannot go).
+
+    That takes at most about ``2k + ceil(log2 n) + 4`` conversions for ``n`` candidates and
+    ``k`` layers found, when the ranking puts the needed layers first. A candidate set that
+    cannot be converted is skipped (it counts as failing) and listed in the result.
 
     Parameters
     ----------
@@ -105,9 +118,9 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
     inputs : array-like or iterable
         Representative inputs, as in :func:`validate`.
     tolerance : float, default 1e-2
-        Largest acceptable relative error, ``max|y16 - y32| / max|y32|``; outputs must also
-        be finite.
-    exclude_layers, exclude_ops, keep_io_types, cast_optional_params
+        Largest acceptable error under ``rule`` (for most models the relative error
+        ``max|y16 - y32| / max|y32|``); outputs must also be finite.
+    exclude_layers, exclude_ops, keep_io_types, cast_optional_params, keep_detection_float32
         As in :func:`convert`; the user's exclusions are always kept.
     batch_size : int, default 8
         Batch size when ``inputs`` is one array.
@@ -115,6 +128,8 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
         The first GPU when there is one, else the CPU (emulated float16).
     progress : bool, default True
         Show tqdm bars.
+    rule : {'auto', 'relative', 'detections'}, default 'auto'
+        How outputs are compared, as in :func:`validate`.
 
     Returns
     -------
@@ -127,71 +142,169 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
 
     .. note::
        The bisection assumes that keeping more of the ranked layers in float32 never makes
-       the error worse, which holds for overflow; the final pruning pass keeps the set small
-       when it does not hold exactly.
+       the error worse, which holds for overflow; the pruning keeps the set small when it
+       does not hold exactly. When the calibration activations underflow float16 (all below
+       6.1e-5), the result model's report carries a note.
     """
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
+    start = time.perf_counter()
     ctx = _default_ctx(ctx)
     batches = _batches(inputs, batch_size)
     settings = dict(exclude_layers=list(exclude_layers), exclude_ops=list(exclude_ops),
-                    keep_io_types=keep_io_types, cast_optional_params=cast_optional_params)
+                    keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
+                    keep_detection_float32=keep_detection_float32)
     base = convert(sym, arg_params, aux_params, **settings)
-    candidates = [name for name, dtype in base.report.layer_dtypes.items() if dtype == "float16"]
-    ranges, reference = _activation_ranges(sym, arg_params, aux_params, candidates, batches,
-                                           ctx, progress)
-    order = sorted(range(len(candidates)), key=lambda k: (-ranges[k], k))
-    ranking = [(candidates[k], float(ranges[k])) for k in order]
-    names = [name for name, _ in ranking]
+    names = [name for name, dtype in base.report.layer_dtypes.items() if dtype == "float16"]
+    reference, stats32, acts32 = _probe(sym, arg_params, aux_params, names, batches, ctx,
+                                        progress, "search: float32 run")
+    graph32 = _graph(_inference_graph(sym))
+    cache, skipped, models = {}, [], {}
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=2 + max(1, math.ceil(math.log2(max(len(names), 1)))),
-                   desc="search: bisect", leave=False)
-    cache = {}
+        bar = tqdm(desc="search: evaluations", leave=False)
+
+    def convert_with(layers):
+        key = tuple(sorted(layers))
+        if key not in models:
+            models[key] = convert(sym, arg_params, aux_params, searched_layers=list(layers),
+                                  **settings) if layers else base
+        return models[key]
+
+    def record(layers, got):
+        _, err, nonfinite, _ = _compare(reference, got, rule)
+        cache[tuple(sorted(layers))] = math.inf if nonfinite else err
+        if bar is not None:
+            bar.update(1)
+        return cache[tuple(sorted(layers))]
 
     def error_with(layers):
         key = tuple(sorted(layers))
         if key not in cache:
-            model = convert(sym, arg_params, aux_params, searched_layers=list(layers),
-                            **settings) if layers else base
-            got = _run(_Runner(model, ctx), batches, False, "")
-            _, rel, nonfinite, _ = _compare(reference, got)
-            cache[key] = math.inf if nonfinite else rel
-            if bar is not None:
-                bar.update(1)
+            try:
+                got = _run(_Runner(convert_with(layers), ctx), batches, False, "")
+            except ConversionError as err:
+                skipped.append((", ".join(layers) if len(layers) < 4
+                                else "%d layers" % len(layers), str(err)))
+                cache[key] = math.inf
+                if bar is not None:
+                    bar.update(1)
+            else:
+                record(layers, got)
         return cache[key]
 
+    def probe_with(layers):
+        """An evaluation that also measures every candidate's float16 error."""
+        model = convert_with(layers)
+        got, stats, _ = _probe(model.symbol, model.arg_params, model.aux_params, names,
+                               batches, ctx, False, "", reference=acts32)
+        return record(layers, got), _sensitivity(graph32, names, stats32.peak, stats.diff)
+
+    peaks = dict(zip(names, stats32.peak))
+    scores = np.zeros(len(names))
     try:
-        initial = error_with([])
-        if initial <= tolerance:
-            return SearchResult([], float(tolerance), initial, initial, len(cache), ranking, base)
-        full = error_with(names)
-        if full > tolerance:
-            raise ConversionError("tolerance %.3g cannot be met even with all %d float16 "
-                                  "layers kept float32 (error %.4g)"
-                                  % (tolerance, len(names), full))
-        low, high = 0, len(names)  # error(top low) > tolerance >= error(top high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            if error_with(names[:mid]) <= tolerance:
-                high = mid
-            else:
-                low = mid
-        chosen = names[:high]
-        if bar is not None:
-            bar.total = len(cache) + len(chosen) - 1
-            bar.refresh()
-        for name in reversed(list(chosen)):
-            if len(chosen) == 1:
+        # Greedy rounds, each one instrumented float16 run: keep float32 every layer that
+        # turns finite values into inf or NaN, or the one layer whose added error stands
+        # out (4x the 8th largest). Layers whose float32 output exceeds float16's range
+        # start in the set. When the error is spread over many layers, bisect the ranking.
+        chosen = [name for name in names if peaks[name] > 65504.0]
+        initial = error_with([]) if chosen else None
+        met = False
+        for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
+            try:
+                err, scores = probe_with(chosen)
+            except ConversionError as exc:
+                skipped.append((", ".join(chosen[-3:]), str(exc)))
+                cache[tuple(sorted(chosen))] = math.inf
+                chosen = chosen[:-1]
                 break
-            trial = [n for n in chosen if n != name]
-            if error_with(trial) <= tolerance:
-                chosen = trial
+            if initial is None:
+                initial = err
+            if err <= tolerance:
+                met = True
+                break
+            fresh = [k for k in np.argsort(-scores, kind="stable") if names[k] not in chosen]
+            blowups = [names[k] for k in fresh if np.isinf(scores[k])]
+            if blowups:
+                chosen = chosen + blowups
+                continue
+            if not fresh or scores[fresh[0]] <= 0:
+                break
+            crowd = scores[fresh[min(7, len(fresh) - 1)]]
+            if scores[fresh[0]] < 4 * crowd:
+                break
+            chosen = chosen + [names[fresh[0]]]
+        found = len(chosen)
+        if not met:
+            ordered = _rank(names, stats32.peak, scores)
+            ordered = chosen + [n for n in ordered if n not in chosen]
+            low, high = len(chosen), len(ordered)
+            while high - low > 1:
+                mid = (low + high) // 2
+                if error_with(ordered[:mid]) <= tolerance:
+                    high = mid
+                else:
+                    low = mid
+            if error_with(ordered[:high]) > tolerance:
+                raise ConversionError("tolerance %.3g cannot be met even with all %d float16 "
+                                      "layers kept float32 (error %.4g)"
+                                      % (tolerance, len(ordered), cache[tuple(sorted(ordered))]))
+            chosen = ordered[:high]
+        if len(chosen) > 1:
+            budget = 2 * found + math.ceil(math.log2(max(len(names), 1))) + 4 - len(cache)
+            chosen = _prune(chosen, error_with, tolerance, max(budget, 0))
     finally:
         if bar is not None:
             bar.close()
-    model = convert(sym, arg_params, aux_params, searched_layers=list(chosen), **settings)
+    acts32.clear()  # the float32 activations: free them
+    ordered = chosen + [n for n in _rank(names, stats32.peak, scores) if n not in chosen]
+    ranking = [(name, float(peaks[name])) for name in ordered]
+    tiny, heads = _underflow_layers(names, stats32.peak, reference)
+    model = convert_with(chosen)
+    if tiny or heads:
+        note = _underflow_note(tiny, heads, reference)
+        for report in {id(base.report): base.report, id(model.report): model.report}.values():
+            report.notes.append(note)
+    n, k = len(names), len(chosen)
     return SearchResult(list(chosen), float(tolerance), cache[tuple(sorted(chosen))], initial,
-                        len(cache), ranking, model)
+                        len(cache), ranking, model, dict(zip(names, map(float, scores))),
+                        skipped, 2 * k + math.ceil(math.log2(max(n, 1))) + 4,
+                        time.perf_counter() - start, _rule_text(reference, rule))
+
+
+def _prune(chosen, error_with, tolerance, budget):
+    """Drop layers of ``chosen`` that are not needed, in at most ``budget`` evaluations.
+
+    Adaptive group testing from the least sensitive end: the last half of the set is tried
+    as one group, and a group that cannot go is halved. The last layer in rank order is
+    needed (the set without it did not meet the tolerance) and is not tried. The budget
+    keeps the search within ``2k + ceil(log2 n) + 4`` evaluations for the ``k`` layers the
+    greedy rounds found; a set found by bisection stays as it is where the budget ends.
+    """
+    keep = list(chosen)
+    rest = keep[:-1]
+    groups = [[name] for name in reversed(rest)] if len(rest) <= 4 else [rest[len(rest) // 2:],
+                                                                          rest[:len(rest) // 2]]
+    used = 0
+    while groups and used < budget:
+        group = groups.pop(0)
+        if not group:
+            continue
+        trial = [name for name in keep if name not in group]
+        used += 1
+        if error_with(trial) <= tolerance:
+            keep = trial
+        elif len(group) > 1:
+            half = len(group) // 2
+            groups[:0] = [group[half:], group[:half]]
+    return keep
+
+
+def _rule_text(reference, rule):
+    from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
+
+    if rule == "detections" or (rule == "auto" and is_detection(reference)):
+        return DETECTION_RULE
+    return RELATIVE_RULE

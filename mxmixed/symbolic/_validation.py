@@ -5,10 +5,9 @@
 Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
-import math
 import time
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from mxnet import gluon
 
 from .. import emulation
 from ._common import ConversionError, _FLOAT16, _FLOAT32
-from ._conversion import ConvertedModel
+from ._detections import OutputCheck, compare_outputs
 from ._graph import _default_ctx, _is_cpu, _symbol_block
 
 __all__ = ["validate", "ValidationReport"]
@@ -47,8 +46,8 @@ class _Runner:
 
     def __init__(self, model, ctx, input_dtype=None):
         self.ctx = ctx
-        if isinstance(model, ConvertedModel):
-            model = tuple(model)
+        if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
+            model = (model.symbol, model.arg_params, model.aux_params)
         if isinstance(model, tuple) and len(model) == 3:
             self.block = _symbol_block(*model, ctx)
         elif isinstance(model, gluon.Block):
@@ -121,6 +120,10 @@ class ValidationReport:
         Where it ran, and whether float16 was emulated.
     seconds : float
         Wall time of both runs.
+    checks : list of OutputCheck
+        One verdict per output, each with its rule: ``relative`` (``max_rel_error`` of that
+        output) or, for detectors whose outputs are gluoncv's (ids, scores, boxes) after
+        NMS, ``detections`` (matched by class and IoU; see ``docs/symbolic.md``).
     """
 
     samples: int
@@ -130,10 +133,26 @@ class ValidationReport:
     top1_agreement: Optional[float]
     device: str
     seconds: float
+    checks: List[OutputCheck] = field(default_factory=list)
+
+    @property
+    def error(self):
+        """The largest error over :attr:`checks` (float): what :meth:`passes` compares."""
+        if not self.checks:
+            return self.max_rel_error
+        return max(check.error for check in self.checks)
+
+    @property
+    def rule(self):
+        """The rule(s) used, in words (str)."""
+        return "; ".join(sorted({check.rule for check in self.checks})) or "relative"
 
     def passes(self, tolerance):
-        """Whether every output is finite and ``max_rel_error <= tolerance`` (bool)."""
-        return self.nonfinite_share == 0.0 and self.max_rel_error <= tolerance
+        """Whether every output is finite and every check's error is ``<= tolerance`` (bool).
+
+        Float16 inf or NaN counts only where the float32 value is finite.
+        """
+        return self.nonfinite_share == 0.0 and self.error <= tolerance
 
     def __str__(self):
         top1 = "n/a" if self.top1_agreement is None else "%.2f%%" % (100 * self.top1_agreement)
@@ -145,27 +164,17 @@ class ValidationReport:
                 ("top-1 agreement", top1),
                 ("device", self.device),
                 ("time", "%.2f s" % self.seconds)]
+        for check in self.checks:
+            rows.append((check.name, "error %.4g  [%s]%s" % (
+                check.error, check.rule, ("  " + check.detail) if check.detail else "")))
         return "Validation: float16 against float32\n" + "\n".join(
             "  %-19s %s" % row for row in rows)
 
 
-def _compare(ref, got):
-    abs_err, scale, nonfinite, total = 0.0, 0.0, 0, 0
-    for a, b in zip(ref, got):
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        finite = np.isfinite(b64)
-        nonfinite += int((~finite).sum())
-        total += b64.size
-        diff = np.abs(a64 - b64)
-        diff[~np.isfinite(diff)] = np.inf
-        if diff.size:
-            abs_err = max(abs_err, float(diff.max()))
-            scale = max(scale, float(np.abs(a64[np.isfinite(a64)]).max(initial=0.0)))
-    rel = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
-    top1 = None
-    if ref and ref[0].ndim == 2 and ref[0].shape[1] > 1:
-        top1 = float(np.mean(ref[0].argmax(axis=1) == got[0].argmax(axis=1)))
-    return abs_err, rel, (nonfinite / total if total else 0.0), top1
+def _compare(ref, got, rule="auto"):
+    """``(abs_err, error, nonfinite, top1)``: ``error`` is the largest per-output error."""
+    checks, abs_err, _, nonfinite, top1 = compare_outputs(ref, got, rule)
+    return abs_err, max((c.error for c in checks), default=0.0), nonfinite, top1
 
 
 def _device_text(ctx):
@@ -173,7 +182,7 @@ def _device_text(ctx):
 
 
 def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=True,
-             input_dtype=None):
+             input_dtype=None, rule="auto"):
     """Run the float32 and the float16 model on the same inputs and compare the outputs.
 
     On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
@@ -197,6 +206,10 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
         Dtype of the data given to the float16 model: by default the one it declares
         (float16 after ``keep_io_types=False``), else float32; ``'float16'`` for a Gluon
         block cast with ``cast('float16')``. The float32 model always gets float32.
+    rule : {'auto', 'relative', 'detections'}, default 'auto'
+        How outputs are compared. ``'auto'`` uses ``'detections'`` for outputs shaped like
+        gluoncv's detectors after NMS (ids ``(N, K, 1)``, scores ``(N, K, 1)``, boxes
+        ``(N, K, 4)``) and ``'relative'`` otherwise.
 
     Returns
     -------
@@ -204,6 +217,9 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     """
     if batch_size < 1:
         raise ConversionError("batch_size must be at least 1, got %r" % (batch_size,))
+    if rule not in ("auto", "relative", "detections"):
+        raise ConversionError("rule must be 'auto', 'relative' or 'detections', got %r"
+                              % (rule,))
     ctx = _default_ctx(ctx)
     start = time.perf_counter()
     batches = _batches(inputs, batch_size)
@@ -212,7 +228,8 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
-    abs_err, rel, nonfinite, top1 = _compare(ref, got)
+    checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
-                            device=_device_text(ctx), seconds=time.perf_counter() - start)
+                            device=_device_text(ctx), seconds=time.perf_counter() - start,
+                            checks=checks)

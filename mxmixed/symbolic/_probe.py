@@ -1,0 +1,127 @@
+"""Instrumented runs: a model with its layers' outputs exposed, for the search and calibration.
+
+* :func:`_probe` runs a graph (float32 or converted) on batches with the outputs of the named
+  layers added to its heads, and reduces them per layer while it runs (nothing large is kept);
+* :func:`_sensitivity` turns a float32 and a float16 probe into the error each layer *adds*:
+  its own relative error against its float32 activation, less the largest error it receives
+  from its inputs;
+* :func:`_underflow_layers` names layers (and outputs) whose float32 values are all below
+  float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
+"""
+import json
+
+import numpy as np
+
+import mxnet as mx
+
+from ._graph import _graph, _inference_graph
+from ._validation import _Runner, _progress
+
+__all__ = []
+
+FLOAT16_TINY = float(np.finfo(np.float16).tiny)  # 6.1035e-05, the smallest normal float16
+
+
+class _Stats:
+    """Per layer: max |float32|, and against a reference, max |difference|."""
+
+    def __init__(self, count):
+        self.peak = np.zeros(count)
+        self.diff = np.zeros(count)
+
+
+def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None):
+    """Run ``sym`` with the layers ``names`` exposed.
+
+    Parameters
+    ----------
+    reference : list of list of numpy.ndarray, optional
+        Per batch, the layer activations of another run (from ``keep=True``) to diff against.
+
+    Returns
+    -------
+    outputs : list of numpy.ndarray
+        The graph's own outputs, concatenated over batches.
+    stats : _Stats
+        ``peak[k]`` = max |activation| of layer k (finite values), ``diff[k]`` = max
+        |activation - reference| (inf where exactly one of the two is not finite).
+    kept : list of list of numpy.ndarray
+        Per batch, the activations (only when ``reference`` is None; for the next probe).
+    """
+    graph = _graph(_inference_graph(sym))
+    position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
+    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
+    heads = list(graph["heads"])
+    probe["heads"] = heads + [[position[name], 0, 0] for name in names]
+    runner = _Runner((mx.sym.load_json(json.dumps(probe)), arg_params, aux_params), ctx)
+    outputs = [[] for _ in heads]
+    stats = _Stats(len(names))
+    kept = []
+    for b, batch in enumerate(_progress(batches, progress, desc, total=len(batches))):
+        outs = runner(batch)
+        for store, out in zip(outputs, outs[:len(heads)]):
+            store.append(out)
+        acts = outs[len(heads):]
+        for k, act in enumerate(acts):
+            finite = np.abs(act[np.isfinite(act)])
+            stats.peak[k] = max(stats.peak[k], float(finite.max(initial=0.0)))
+            if reference is not None:
+                ref = reference[b][k]
+                same = (ref == act) | (np.isnan(ref) & np.isnan(act))
+                diff = np.where(same, 0.0, np.abs(ref.astype(np.float64) - act))
+                diff[~np.isfinite(diff)] = np.inf
+                stats.diff[k] = max(stats.diff[k], float(diff.max(initial=0.0)))
+        if reference is None:
+            kept.append(acts)
+    return [np.concatenate(parts) for parts in outputs], stats, kept
+
+
+def _sensitivity(graph, names, peak32, diff16):
+    """The error each layer adds: its relative error less the most it gets from its inputs.
+
+    Returns
+    -------
+    numpy.ndarray
+        One score per name; inf for a layer that turns finite inputs into inf or NaN.
+    """
+    own = {}
+    for name, peak, diff in zip(names, peak32, diff16):
+        own[name] = diff / peak if peak > 0 else (0.0 if diff == 0 else np.inf)
+    nodes = graph["nodes"]
+    carried = [0.0] * len(nodes)  # the error on each node's output
+    received = {}
+    for i, node in enumerate(nodes):
+        incoming = max((carried[src] for src, _, _ in node["inputs"]), default=0.0)
+        received[node["name"]] = incoming
+        carried[i] = own.get(node["name"], incoming)
+    scores = np.zeros(len(names))
+    for k, name in enumerate(names):
+        mine, before = own[name], received.get(name, 0.0)
+        if np.isinf(mine):
+            scores[k] = np.inf if not np.isinf(before) else 0.0
+        else:
+            scores[k] = max(0.0, mine - before)
+    return scores
+
+
+def _underflow_layers(names, peaks, outputs, limit=FLOAT16_TINY):
+    """Layers and outputs whose float32 values all lie below float16's smallest normal."""
+    tiny = [name for name, peak in zip(names, peaks) if 0 < peak < limit]
+    heads = [k for k, out in enumerate(outputs)
+             if 0 < float(np.abs(out[np.isfinite(out)]).max(initial=0.0)) < limit]
+    return tiny, heads
+
+
+def _underflow_note(tiny, heads, outputs):
+    parts = []
+    if heads:
+        parts.append("output(s) %s" % ", ".join(str(k) for k in heads))
+    if tiny:
+        shown = ", ".join(tiny[:5]) + (" and %d more" % (len(tiny) - 5) if len(tiny) > 5 else "")
+        parts.append("%d layer(s) (%s)" % (len(tiny), shown))
+    peak = max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs),
+               default=0.0)
+    return ("float16 underflow: on the calibration data %s stay below float16's smallest "
+            "normal %.3g (largest |output| %.3g); float16 flushes such values toward 0. "
+            "Check with validate() and keep the layers float32 with search_fp32_layers()"
+            % (" and ".join(parts), FLOAT16_TINY, peak))
