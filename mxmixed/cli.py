@@ -193,7 +193,8 @@ def _cmd_convert(args):
                                                  progress=bars_wanted(), **settings)
             model = search.model
         else:
-            model = symbolic.convert(sym, arg_params, aux_params, **settings)
+            model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
+                                     batch_size=args.batch_size, **settings)
         if args.validate > 0:
             check = symbolic.validate((sym, arg_params, aux_params), model, samples,
                                       batch_size=args.batch_size, progress=bars_wanted())
