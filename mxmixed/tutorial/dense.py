@@ -75,7 +75,7 @@ class DenseDigitsNet(nn.HybridBlock):
 
     A 4 x 4 convolution with stride 4, a 3 x 3 convolution, a 2 x 2 max-pool, another 3 x 3
     convolution and a 1 x 1 convolution to the 10 classes give coarse scores, which are
-    upsampled to the input's size by repetition, as FCN upsamples its score maps before a
+    upsampled to the input's size (nearest neighbour), as FCN upsamples its score maps before a
     per-pixel loss. Channel counts are multiples of 8.
     """
 
@@ -95,7 +95,7 @@ class DenseDigitsNet(nn.HybridBlock):
 
     def hybrid_forward(self, F, x):
         scores = self.scores(self.features(x))
-        return F.repeat(F.repeat(scores, self.upsample, axis=2), self.upsample, axis=3)
+        return F.UpSampling(scores, scale=self.upsample, sample_type="nearest")
 
 
 class MeanSigmoidBCE(gluon.HybridBlock):
