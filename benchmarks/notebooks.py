@@ -10,7 +10,11 @@ the reference measured right before and right after it, which follows the machin
 it changes; the suite's ratio is the sum. Its spread uses the slowest and the fastest of
 those reference blocks.
 
-Usage: ``python benchmarks/notebooks.py [--repeats N] [--timeout S] [--json PATH]``
+The budgets are 3 minutes per notebook and 12 minutes for the suite on the 2-core CI
+machine; ``--budget`` and ``--suite-budget`` report (and fail on) notebooks and suites over them.
+
+Usage: ``python benchmarks/notebooks.py [--repeats N] [--timeout S] [--json PATH]
+[--budget S] [--suite-budget S]``
 """
 import argparse
 import glob
@@ -139,16 +143,35 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=1, help="runs of the whole suite")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds one notebook may take (180 on CI); report those over it")
+    parser.add_argument("--suite-budget", type=float, default=None,
+                        help="seconds the whole suite may take (720 on CI)")
     args = parser.parse_args(argv)
     r = run(args.repeats, args.timeout)
     print("Tutorial suite: %.1f s (median of %d), reference step %.2f ms -> %.1f x the time of "
           "%d reference steps (spread %.1f-%.1f)" % (
               r["suite_s"], r["repeats"], 1e3 * r["reference_s_per_step"], r["ratio_median"],
               REFERENCE_STEPS, r["ratio_min"], r["ratio_max"]))
+    over = over_budget(r, args.budget, args.suite_budget)
+    for line in over:
+        print("over budget: " + line)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump([r], handle, indent=2)
-    return 1 if r["failed"] else 0
+    return 1 if r["failed"] or over else 0
+
+
+def over_budget(result, budget=None, suite_budget=None):
+    """Lines naming each notebook (and the suite) whose median time exceeds its budget."""
+    lines = []
+    if budget is not None:
+        lines += ["%s took %.0f s (budget %.0f s)" % (name, seconds, budget)
+                  for name, seconds in sorted(result["per_notebook_s"].items())
+                  if seconds > budget]
+    if suite_budget is not None and result["suite_s"] > suite_budget:
+        lines.append("the suite took %.0f s (budget %.0f s)" % (result["suite_s"], suite_budget))
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,15 +1,37 @@
-"""Meta-test: every notebook under tutorials/ is collected by the test run (through nbval)."""
+"""Meta-tests of the tutorial notebooks: collected by the test run (through nbval), checked by
+cell tags, short enough to read, and stored with clean outputs."""
 import glob
+import json
 import os
+import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
+
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "tutorials", "*.ipynb")))
+MAX_CELLS = 35
+MAX_LINE = 90
+NBVAL_TAGS = {"nbval-check-output", "nbval-ignore-output", "nbval-skip", "raises-exception"}
+
+
+def _cells(path):
+    with open(path) as handle:
+        return json.load(handle)["cells"]
+
+
+def _source(cell):
+    return "".join(cell["source"])
+
+
+def _ids(paths):
+    return [os.path.basename(p) for p in paths]
 
 
 def test_every_tutorial_notebook_is_collected():
-    notebooks = sorted(os.path.relpath(p, ROOT)
-                       for p in glob.glob(os.path.join(ROOT, "tutorials", "*.ipynb")))
+    notebooks = [os.path.relpath(p, ROOT) for p in NOTEBOOKS]
     assert notebooks, "tutorials/ holds no notebook"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -19,14 +41,53 @@ def test_every_tutorial_notebook_is_collected():
     assert not missing, "notebooks not collected by `make test`: %s" % missing
 
 
-def test_every_notebook_checks_some_output():
-    import json
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_checks_output_through_cell_tags(path):
+    code = [c for c in _cells(path) if c["cell_type"] == "code"]
+    tags = [set(c.get("metadata", {}).get("tags", [])) for c in code]
+    assert any("nbval-check-output" in t for t in tags), \
+        "%s: no cell is tagged nbval-check-output" % path
+    markers = [_source(c) for c in code if re.search(r"^\s*#\s*NBVAL_", _source(c), re.M)]
+    assert not markers, "%s: nbval markers belong in cell tags, not in the code: %r" % (
+        path, [m.splitlines()[0] for m in markers])
+    unknown = {t for s in tags for t in s if t.startswith("nbval") and t not in NBVAL_TAGS}
+    assert not unknown, "%s: nbval does not know the tags %s" % (path, sorted(unknown))
 
-    for path in glob.glob(os.path.join(ROOT, "tutorials", "*.ipynb")):
-        with open(path) as handle:
-            cells = json.load(handle)["cells"]
-        code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-        assert any("NBVAL_CHECK_OUTPUT" in src for src in code), path
-        assert all(c.get("execution_count") is not None for c in cells
-                   if c["cell_type"] == "code" and "".join(c["source"]).strip()), \
-            "%s has unexecuted cells: its stored outputs are the expectation" % path
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_is_short_and_its_code_fits(path):
+    cells = _cells(path)
+    assert len(cells) <= MAX_CELLS, "%s has %d cells (at most %d)" % (path, len(cells), MAX_CELLS)
+    long_lines = ["cell %d: %s" % (i, line) for i, c in enumerate(cells) if c["cell_type"] == "code"
+                  for line in _source(c).splitlines() if len(line) > MAX_LINE]
+    assert not long_lines, "%s: code lines over %d characters scroll sideways when rendered:\n%s" \
+        % (path, MAX_LINE, "\n".join(long_lines))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_stores_clean_outputs(path):
+    for i, cell in enumerate(_cells(path)):
+        if cell["cell_type"] != "code":
+            continue
+        assert "execution" not in cell.get("metadata", {}), \
+            "%s cell %d stores execution timestamps" % (path, i)
+        if _source(cell).strip():
+            assert cell.get("execution_count") is not None, \
+                "%s cell %d is unexecuted: its stored outputs are the expectation" % (path, i)
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", ""))
+            assert not re.search(r"\d+%\|", text), "%s cell %d stores a progress bar" % (path, i)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_markdown_renders_and_speaks_to_readers(path):
+    for i, cell in enumerate(_cells(path)):
+        if cell["cell_type"] != "markdown":
+            continue
+        # outside code spans, `2**-11` would render as bold text
+        prose = re.sub(r"```.*?```", "", _source(cell), flags=re.S)
+        prose = re.sub(r"`[^`]*`", "", prose)
+        assert not re.search(r"\d\*\*-?\d", prose), \
+            "%s cell %d: write powers as `2**-11` in backticks" % (path, i)
+        assert not re.search(r"this project's (issue|CI)|as cited in this project", prose), \
+            "%s cell %d refers to how the project is run" % (path, i)
