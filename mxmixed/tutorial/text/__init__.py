@@ -8,7 +8,9 @@
 * :mod:`.model`: :class:`LSTMLanguageModel` / :func:`lstm_lm` and
   :class:`TokenCrossEntropyLoss`;
 * :mod:`.experiment`: :func:`train_language_model`, one training loop for float32, AMP without
-  loss scaling and AMP with dynamic loss scaling (``tutorials/05_loss_scaling_experiment.ipynb``).
+  loss scaling and AMP with dynamic loss scaling: a language-model variant of the loss-scaling
+  experiment (the tutorials use the dense-prediction one, :mod:`mxmixed.tutorial.dense`, where
+  float16 gradients underflow at this size; this LM did not).
 """
 from .batches import BPTTBatches, batchify
 from .corpus import (STDLIB_MODULES, TextCorpus, corpus_fingerprint, stdlib_corpus,

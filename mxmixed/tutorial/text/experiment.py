@@ -1,4 +1,4 @@
-"""The loss-scaling experiment of ``tutorials/05_loss_scaling_experiment.ipynb``.
+"""A language-model loss-scaling experiment (the tutorials use :mod:`mxmixed.tutorial.dense`).
 
 :func:`train_language_model` runs one training loop for float32, AMP without loss scaling and
 AMP with dynamic loss scaling, recording the loss and the share of gradients that round to
