@@ -9,7 +9,7 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import (checkpoint, data, diagnostics, distributed, emulation, fit, graphpass,  # noqa: E402
+from . import (checkpoint, data, diagnostics, distributed, emulation, fit,  # noqa: E402
                models, optim, scaler, symbolic, text, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .data import digits_datasets, digits_loaders  # noqa: E402
@@ -33,7 +33,6 @@ __all__ = [
     "distributed",
     "emulation",
     "fit",
-    "graphpass",
     "models",
     "digits_datasets",
     "digits_loaders",

@@ -29,8 +29,9 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from mxmixed import emulation
-from mxmixed.emulated_ops import EMULATED_OPS
-from mxmixed.graphpass import count_emulated
+from mxmixed.emulation._ops import EMULATED_OPS
+from mxmixed.emulation import count_emulated
+from mxmixed.emulation._wrappers import onednn_active
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 T, N, I, H = 4, 3, 5, 6  # LSTM: sequence, batch, input size, hidden size
@@ -271,7 +272,7 @@ def table_params():
 
 @pytest.mark.parametrize("mode", ["nd", "gluon"])
 def test_float16_deconvolution_training_is_refused_clearly_on_onednn(mode):
-    if not emulation._onednn_active():
+    if not onednn_active():
         pytest.skip("oneDNN is off: float16 Deconvolution trains under emulation")
     index = next(i for i, row in enumerate(DTYPE_TABLE)
                  if row[0] == "Deconvolution" and row[1]["data"] == F16)
