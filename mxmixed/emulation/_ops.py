@@ -65,6 +65,9 @@ _NO_GEMM = "no CPU float16 kernel: 'FP16 gemm on cpu not implemented!'"
 GEMM_OPS = {
     # GPU: linalg_gemm (cuBLAS, float32 compute) into the float16 output, then
     # AddBias -> add_bias_kernel<half_t> adds the bias in float16 (fully_connected-inl.h).
+    # Known difference kept: FCBackward reduces the bias gradient with
+    # ReduceAxesComputeImpl<..., safe_acc=false>, which may accumulate in float16 on the GPU;
+    # the emulation sums it in float32 and rounds once (more accurate, not bit-faithful).
     "FullyConnected": OpSpec("no CPU float16 kernel: 'only supported by CuDNN'", (), None, True,
                              BIAS_TWICE, 2),
     # GPU: cudnnConvolutionForward into the float16 output (float32 compute type), then
@@ -121,8 +124,10 @@ AMP_OPS = {
                             (), None, False, "a cast: exact, or one rounding to float16"),
 }
 
-# Group 4: ops of the gluoncv model zoo (detection, segmentation, pose) with no CPU float16
-# kernel or a oneDNN dtype error, found by benchmarks/op_survey.py --zoo.
+# The gluoncv model zoo (benchmarks/op_survey.py --zoo: SSD, YOLOv3 with its training loss,
+# Faster R-CNN, FCN/PSP/DeepLab, simple_pose; ratios in benchmarks/op_survey_zoo.json) adds no
+# op without a CPU float16 kernel beyond group 1, and one oneDNN dtype error: amp_multicast
+# (group 3). Its other float16 ops run natively on the CPU, several slowly: see NOT_EMULATED.
 ZOO_OPS = {}
 
 # Not emulated, with the reason. Measured slow, but float32 arithmetic would change the
@@ -136,9 +141,30 @@ NOT_EMULATED = {
     "_mul_scalar": "slow: 5.7x, but the GPU casts the scalar to float16 first (1e-8 becomes 0)",
     "Dropout": "slow: 5.5x, but the mask holds round16(1/keep_prob), not 1/keep_prob",
     "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16",
+    # from the model-zoo survey (benchmarks/op_survey_zoo.json)
+    "LeakyReLU": "slow: 60x (YOLOv3), but the GPU casts the slope to float16 before it "
+                 "multiplies (DType(slope)), as for _mul_scalar",
+    "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
+               "MXNET_SAFE_ACCUMULATION=1",
+    "_contrib_ROIAlign": "slow: 31x (Faster R-CNN), but the GPU kernel interpolates in "
+                         "float16 arithmetic step by step",
+    "_contrib_box_nms": "slow: 2.2x, but the GPU computes the overlaps in float16",
+    "_contrib_box_decode": "slow: 14x (SSD, Faster R-CNN), but the GPU decodes in float16 "
+                           "arithmetic step by step",
+    "L2Normalization": "slow: 11x (SSD VGG), but it sums the squares in float16 on the GPU",
+    "_contrib_BilinearResize2D": "slow: 5.2x (FCN/PSP/DeepLab); the GPU kernel's accumulation "
+                                 "dtype is not verified, so the native float16 kernel stays",
+    "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
+                                     "_contrib_BilinearResize2D",
     "amp_cast": "gap: its oneDNN kernel fails on float64 and int64 ('unknown type for MKLDNN "
                 ":1' / ':6'), never on float16 <-> float32, the only casts AMP and the "
                 "emulation insert",
 }
+
+# Also slow in the zoo survey, and left native for now: elementwise and broadcast arithmetic,
+# comparisons, exp/sigmoid/abs, tile/repeat/where/max (2-22x). Each is one operation per
+# element, so float32-then-round would give the GPU's result for +, -, *, /, and comparisons
+# and copies are exact; they are candidates for SLOW_OPS once an end-to-end measurement shows
+# that the two casts cost less than the slow kernel on detection-sized tensors.
 
 EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS)
