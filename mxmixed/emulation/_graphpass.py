@@ -3,7 +3,8 @@
 For every emulated operator (see :mod:`mxmixed.emulation._ops`) whose inputs are float16 after
 MXNet's own type inference, the pass inserts ``amp_cast`` nodes: float16 inputs are cast to
 float32, the op runs in float32, and each output that was float16 in the original graph is
-cast back to float16. A biased FullyConnected, Convolution or Deconvolution runs without its
+cast back to float16. An ``amp_multicast`` fed float16 becomes what it computes: each output
+is its input, cast where the dtype changes (exact, or one rounding). A biased FullyConnected, Convolution or Deconvolution runs without its
 bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
 float32 add of float16 values, rounded), the two roundings of MXNet's GPU kernels. Every other
 tensor keeps its dtype, so the rewritten graph has the dtypes a GPU run would have. Operators
@@ -123,8 +124,14 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         raise TypeError("MXNet's type inference rejects this graph for the input dtypes %s "
                         "(it would fail on a GPU too): %s" % (_short(known), err.reason)) from None
 
-    rewrite = {}
+    rewrite, multicast = {}, {}
     for i in targets:
+        if nodes[i]["op"] == "amp_multicast":
+            ins = [types[(src, out)] for src, out, _ in nodes[i]["inputs"]]
+            if _FLOAT16 in ins:
+                multicast[i] = {out: (ins[out], types[(i, out)])
+                                for (src, out) in entries if src == i}
+            continue
         spec = EMULATED_OPS[nodes[i]["op"]]
         cast_in = [k for k, (src, out, _) in enumerate(nodes[i]["inputs"])
                    if k not in spec.keep_inputs and types[(src, out)] == _FLOAT16]
@@ -135,11 +142,11 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
             if types[(i, 0)] != _FLOAT16:
                 bias = None
             rewrite[i] = (cast_in, cast_out, bias)
-    if not rewrite:
+    if not rewrite and not multicast:
         return sym
     pin_variable_dtypes(graph, variables)
     _pin_bias_shapes(graph, rewrite)
-    return load_graph(_rebuild(graph, rewrite))
+    return load_graph(_rebuild(graph, rewrite, multicast))
 
 
 def _pin_bias_shapes(graph, rewrite):
@@ -171,8 +178,13 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
     return nodes
 
 
-def _rebuild(graph, rewrite):
-    """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for."""
+def _rebuild(graph, rewrite, multicast=None):
+    """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
+
+    Each ``amp_multicast`` node in ``multicast`` (``{output: (input dtype, output dtype)}``)
+    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where the dtype changes.
+    """
+    multicast = multicast or {}
     new_nodes, where = [], {}
     upcasts = {}
     highest = {}
@@ -186,6 +198,15 @@ def _rebuild(graph, rewrite):
     for i, node in enumerate(graph["nodes"]):
         node = dict(node)
         node["inputs"] = [mapped(entry) for entry in node["inputs"]]
+        if i in multicast:
+            for out, (source_dtype, dtype) in multicast[i].items():
+                source = node["inputs"][out]
+                where[(i, out)] = tuple(source[:2])
+                if dtype != source_dtype:
+                    new_nodes.append(cast_node("%s_emu_out%d" % (node["name"], out), dtype,
+                                               source))
+                    where[(i, out)] = (len(new_nodes) - 1, 0)
+            continue
         bias_entry = None
         if i in rewrite:
             cast_in, cast_out, bias = rewrite[i]
