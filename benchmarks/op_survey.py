@@ -27,13 +27,18 @@ It works in three steps.
    batch of 8) only measure engine overhead, so they are timed again with their
    batch dimension scaled up to about a million elements, and classified by that.
 3. Classify each operator as ``missing`` (float16 raises, at bind, forward or
-   backward), ``slow`` (float16 / float32 time > 2, for forward + backward or for
+   backward: no CPU float16 kernel), ``onednn`` (float16 raises a oneDNN dtype error,
+   "unknown type for MKLDNN"), ``slow`` (float16 / float32 time > 2, for forward + backward or for
    forward alone) or ``ok``; print a table and write it as JSON (``--out``).
 
 Examples
 --------
 ``python benchmarks/op_survey.py`` (under a minute on two cores);
-``python benchmarks/op_survey.py --quick`` skips the ImageNet models.
+``python benchmarks/op_survey.py --quick`` skips the ImageNet models;
+``python benchmarks/op_survey.py --quick --zoo --out benchmarks/op_survey_zoo.json`` adds the
+detection (SSD, YOLOv3 with its training loss, Faster R-CNN), segmentation (FCN, PSP,
+DeepLab) and pose (simple_pose) families of the gluoncv model zoo, built without weights
+(about two minutes).
 """
 import argparse
 import contextlib
@@ -53,8 +58,25 @@ from mxnet.gluon import nn, rnn  # noqa: E402
 IMAGENET = ["resnet18_v1", "resnet50_v1", "resnet50_v2", "mobilenet1.0", "mobilenetv2_1.0",
             "vgg11_bn", "densenet121", "squeezenet1.0", "resnext50_32x4d"]
 CIFAR = ["cifar_resnet20_v1", "cifar_wideresnet16_10"]
+# The other model-zoo families (--zoo): (name, extra get_model kwargs, input shape, family).
+# Built with pretrained=False, pretrained_base=False; the socket is cut first, so nothing is
+# ever downloaded. YOLOv3 is traced twice: inference, and training with its loss and targets.
+ZOO = [
+    ("ssd_512_mobilenet1.0_voc", {}, (1, 3, 256, 256), "detection: SSD"),
+    ("ssd_300_vgg16_atrous_voc", {}, (1, 3, 300, 300), "detection: SSD"),
+    ("yolo3_mobilenet1.0_voc", {}, (1, 3, 256, 256), "detection: YOLOv3"),
+    ("faster_rcnn_resnet50_v1b_voc", {}, (1, 3, 256, 256), "detection: Faster R-CNN"),
+    ("fcn_resnet50_voc", {"crop_size": 128, "base_size": 128}, (1, 3, 128, 128),
+     "segmentation: FCN"),
+    ("psp_resnet50_ade", {"crop_size": 128, "base_size": 128}, (1, 3, 128, 128),
+     "segmentation: PSP"),
+    ("deeplab_resnet50_ade", {"crop_size": 128, "base_size": 128}, (1, 3, 128, 128),
+     "segmentation: DeepLab"),
+    ("simple_pose_resnet18_v1b", {}, (1, 3, 256, 192), "pose: simple_pose"),
+]
 INDEX_INPUTS = {"pick": (1,), "Embedding": (0,), "take": (1,), "one_hot": (0,),
                 "SoftmaxOutput": (1,)}
+ROI_OPS = ("_contrib_ROIAlign", "ROIPooling")
 FLOAT32_INPUTS = {"BatchNorm": (1, 2, 3, 4)}  # gamma, beta, moving mean / var
 TINY_MS = 0.25  # below this the real node is overhead-bound: also time it scaled up
 MAX_SIZE = 2 ** 21  # elements of inputs + outputs of the representative node
@@ -95,7 +117,48 @@ def to_symbol(block, *names):
     return block(*[mx.sym.var(n) for n in names])
 
 
-def graphs(quick):
+def _offline():
+    """Cut the network: a model that tried to download weights would fail loudly."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the op survey tried to reach the network")
+
+    socket.socket.connect = refuse
+
+
+def yolo_training_symbol(net, shape):
+    """YOLOv3's training graph: the net with its targets and its loss, as train_yolo3 runs it."""
+    names = ["data", "gt_boxes", "obj_t", "centers_t", "scales_t", "weights_t", "clas_t"]
+    with mx.autograd.record():
+        losses = net(*[mx.sym.var(n) for n in names])
+    n = 3 * sum((shape[2] // s) * (shape[3] // s) for s in (32, 16, 8))
+    c = len(net.classes)
+    shapes = {"data": shape, "gt_boxes": (shape[0], 2, 4), "obj_t": (shape[0], n, 1),
+              "centers_t": (shape[0], n, 2), "scales_t": (shape[0], n, 2),
+              "weights_t": (shape[0], n, 2), "clas_t": (shape[0], n, c)}
+    return mx.sym.Group(list(losses)), [shapes]
+
+
+def zoo_graphs():
+    """Yield the detection, segmentation and pose graphs of the gluoncv model zoo."""
+    _offline()
+    from gluoncv import model_zoo
+    for name, kwargs, shape, family in ZOO:
+        net = model_zoo.get_model(name, pretrained=False, pretrained_base=False, **kwargs)
+        net.initialize()
+        net.hybridize()
+        out = net(mx.sym.var("data"))
+        out = mx.sym.Group(list(out)) if isinstance(out, (list, tuple)) else out
+        yield name, out, [{"data": shape}]
+        if name.startswith("yolo3"):
+            net = model_zoo.get_model(name, pretrained=False, pretrained_base=False, **kwargs)
+            net.initialize()
+            sym, shapes = yolo_training_symbol(net, shape)
+            yield name + ":train", sym, shapes
+
+
+def graphs(quick, zoo=False):
     """Yield ``(model, symbol, input shapes)``; tutorials first, then gluoncv."""
     net, origin = digits_net()
     print("digits CNN:", origin)
@@ -114,6 +177,8 @@ def graphs(quick):
         net = model_zoo.get_model(name, pretrained=False, classes=classes)
         sizes = [32] if name.startswith("cifar") else [64, 224]  # global pools need 224
         yield name, to_symbol(net, "data"), [{"data": (8, 3, s, s)} for s in sizes]
+    if zoo:
+        yield from zoo_graphs()
 
 
 def variant(op, attrs):
@@ -153,7 +218,8 @@ def instances(model, sym, shape_options):
             continue
     else:
         raise RuntimeError("no input size works for " + model)
-    _, out_types, _ = internals.infer_type(**{k: "float32" for k in shapes})
+    _, out_types, _ = internals.infer_type_partial(**{k: "float32" for k in shapes})
+    out_types = [t if t is not None else np.float32 for t in out_types]
     graph = json.loads(internals.tojson(remove_amp_cast=False))
     entry = {(nid, idx): k for k, (nid, idx, _) in enumerate(graph["heads"])}
     records = []
@@ -192,7 +258,7 @@ def single_op(rec, dtype):
     for i, t in enumerate(rec["in_types"]):
         index = i in INDEX_INPUTS.get(rec["op"], ())
         keep32 = i in FLOAT32_INPUTS.get(rec["op"], ())
-        types["in%d" % i] = t if index or keep32 or dtype == "float32" else dtype
+        types["in%d" % i] = t if index or keep32 or t != "float32" else dtype
         grad_req["in%d" % i] = "null" if index or t != "float32" else "write"
     return sym, types, grad_req
 
@@ -208,6 +274,11 @@ def fill(rec, exe):
             arr[:] = rng.randint(0, high, size=shape)
         elif name in exe.aux_dict:
             arr[:] = rng.uniform(0.5, 1.5, size=shape)
+        elif i == 1 and rec["op"] in ROI_OPS:  # rois: batch 0, corners inside the image
+            h, w = rec["in_shapes"][0][2:]
+            scale = 1.0 / float(rec["attrs"].get("spatial_scale", 1.0))
+            corners = np.sort(rng.uniform(0, min(h, w) * scale, size=(shape[0], 2, 2)), axis=1)
+            arr[:] = np.concatenate([np.zeros((shape[0], 1)), corners[:, 0], corners[:, 1]], 1)
         else:
             arr[:] = rng.uniform(-1, 1, size=shape)
 
@@ -273,6 +344,9 @@ def survey(rec, rescale=True):
                backward=f32.get("backward"), note="")
     if f32["stage"]:
         row.update(cls="error", note="float32 fails at {}: {}".format(f32["stage"], f32["error"]))
+    elif f16["stage"] and "MKLDNN" in f16["error"]:
+        row.update(cls="onednn",
+                   note="float16 fails at {}: {}".format(f16["stage"], f16["error"]))
     elif f16["stage"]:
         row.update(cls="missing",
                    note="float16 fails at {}: {}".format(f16["stage"], f16["error"]))
@@ -292,10 +366,15 @@ def survey(rec, rescale=True):
     big = scaled(rec) if rescale and row["ratio"] and row["f32_ms"] < TINY_MS else None
     if big is not None:  # classify overhead-bound nodes by a larger batch
         row["scaled"] = res = survey(big, rescale=False)
-        row["cls"] = res["cls"]
-        row["note"] = "tiny; batch x{}: {:.2f}/{:.2f} ms, ratio {:.1f}, fwd {:.1f} {}".format(
-            big["factor"], res["f32_ms"], res["f16_ms"], res["ratio"], res["fwd_ratio"],
-            res["note"]).rstrip()
+        if res["cls"] != "error":  # a shape the op refuses even in float32: keep the real one
+            row["cls"] = res["cls"]
+        if res["ratio"] is None:
+            row["note"] = "tiny; batch x{}: {} {}".format(big["factor"], res["cls"],
+                                                          res["note"]).rstrip()
+        else:
+            row["note"] = "tiny; batch x{}: {:.2f}/{:.2f} ms, ratio {:.1f}, fwd {:.1f} {}".format(
+                big["factor"], res["f32_ms"], res["f16_ms"], res["ratio"], res["fwd_ratio"],
+                res["note"]).rstrip()
     if row["f32_ms"] is not None and not row["backward"]:
         row["note"] = ("forward only; " + row["note"]).rstrip("; ")
     return row
@@ -305,10 +384,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join("benchmarks", "op_survey.json"))
     parser.add_argument("--quick", action="store_true", help="skip the ImageNet models")
+    parser.add_argument("--zoo", action="store_true",
+                        help="add gluoncv's detection, segmentation and pose families")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     by_key = {}
-    for model, sym, shapes in graphs(args.quick):
+    for model, sym, shapes in graphs(args.quick, args.zoo):
         for rec in instances(model, sym, shapes):
             by_key.setdefault(rec["key"], []).append(rec)
     rows = []
@@ -316,6 +397,9 @@ def main(argv=None):
         recs = by_key[key]
         small = [r for r in recs if r["size"] <= MAX_SIZE]
         rep = max(small or [min(recs, key=lambda r: r["size"])], key=lambda r: r["size"])
+        if rep["op"] in ROI_OPS and rep["size"] > MAX_SIZE:  # 300 rois: keep 8 of them
+            rep = dict(rep, in_shapes=[rep["in_shapes"][0], (8,) + tuple(rep["in_shapes"][1][1:])],
+                       out_shapes=[(8,) + tuple(o[1:]) for o in rep["out_shapes"]])
         row = survey(rep)
         row["used_by"] = sorted({r["model"] for r in recs})
         rows.append(row)
@@ -332,14 +416,14 @@ def main(argv=None):
                          rt(r["fwd_ratio"]), r["cls"], r["note"]))
         print(fmt.format("", "", "", "", "", "", "  used by: " + ", ".join(users)
                          + "; measured {} {}".format(r["node"], r["in_shapes"])))
-    for cls in ("missing", "slow"):
+    for cls in ("missing", "onednn", "slow"):
         ops = sorted({r["op"] for r in rows if r["cls"] == cls})
         print("{:<8} ops: {}".format(cls, ", ".join(ops) or "none"))
     wall = time.perf_counter() - start
     print("wall time {:.1f}s, mxnet {}, {} CPU cores".format(wall, mx.__version__, os.cpu_count()))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
-        json.dump({"mxnet": mx.__version__, "quick": args.quick, "wall_s": wall,
+        json.dump({"mxnet": mx.__version__, "quick": args.quick, "zoo": args.zoo, "wall_s": wall,
                    "slow_ratio": SLOW_RATIO, "ops": rows}, fh, indent=1, default=str)
     print("wrote", args.out)
 

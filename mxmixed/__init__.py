@@ -10,7 +10,7 @@ check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import (checkpoint, diagnostics, distributed, emulation, graphpass,  # noqa: E402
+from . import (checkpoint, diagnostics, distributed, emulation,  # noqa: E402
                optim, scaler, symbolic, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
@@ -29,7 +29,6 @@ __all__ = [
     "diagnostics",
     "distributed",
     "emulation",
-    "graphpass",
     "emulated",
     "emulation_active",
     "scaler",

@@ -8,7 +8,7 @@ a Symbol followed by ``backward``.
 
 The table covers the emulated ops (FullyConnected, Convolution, Deconvolution, RNN/LSTM, dot,
 batch_dot, BatchNorm), a few neighbours (Activation relu, Pooling, elemwise_add, softmax;
-whether mxmixed emulates them is read from ``mxmixed.emulated_ops``, the expected dtypes do
+whether mxmixed emulates them is read from ``mxmixed.emulation._ops``, the expected dtypes do
 not depend on it) and the same ops in float32, where the emulation must change nothing at
 all. BatchNorm with float16 data keeps gamma, beta and the moving statistics in float32, as
 cuDNN does, and still updates the moving statistics in training.
@@ -29,8 +29,9 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from mxmixed import emulation
-from mxmixed.emulated_ops import EMULATED_OPS
-from mxmixed.graphpass import count_emulated
+from mxmixed.emulation._ops import EMULATED_OPS
+from mxmixed.emulation import count_emulated
+from mxmixed.emulation._wrappers import onednn_active
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 T, N, I, H = 4, 3, 5, 6  # LSTM: sequence, batch, input size, hidden size
@@ -271,7 +272,7 @@ def table_params():
 
 @pytest.mark.parametrize("mode", ["nd", "gluon"])
 def test_float16_deconvolution_training_is_refused_clearly_on_onednn(mode):
-    if not emulation._onednn_active():
+    if not onednn_active():
         pytest.skip("oneDNN is off: float16 Deconvolution trains under emulation")
     index = next(i for i, row in enumerate(DTYPE_TABLE)
                  if row[0] == "Deconvolution" and row[1]["data"] == F16)

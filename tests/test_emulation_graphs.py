@@ -8,7 +8,7 @@ import pytest
 from mxnet import gluon
 
 from mxmixed import emulation
-from mxmixed.graphpass import count_emulated, emulate_symbol
+from mxmixed.emulation import count_emulated, emulate_symbol
 from mxmixed.tutorial import digits_cnn
 
 

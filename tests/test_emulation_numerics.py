@@ -206,6 +206,21 @@ def nd16(a):
     return mx.nd.array(a, dtype=F16)
 
 
+def assert_bias_added_as_on_gpu(biased, nobias, b, axis=1):
+    """The biased output is the no-bias output, rounded, plus the bias in float16 arithmetic.
+
+    That is how MXNet 1.9.1's GPU kernels compose it (add_bias_kernel, cudnnAddTensor):
+    round16(float32(no-bias output) + float32(bias)), compared bit for bit.
+    """
+    shape = [1] * nobias.ndim
+    shape[axis] = -1
+    expected = (nobias.astype(np.float32) + b.astype(np.float32).reshape(shape)).astype(F16)
+    assert biased.dtype == F16
+    assert np.array_equal(biased.view(np.uint16), expected.view(np.uint16)), (
+        "%d of %d elements differ" % (np.sum(biased.view(np.uint16) != expected.view(np.uint16)),
+                                      biased.size))
+
+
 # ------------------------------------------------------------------------ forward numerics
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_fully_connected_matches_float64_reference(profile, emu, report):
@@ -214,8 +229,10 @@ def test_fully_connected_matches_float64_reference(profile, emu, report):
     x = wide_random(rng, (32, 96), dexp)
     w = wide_random(rng, (48, 96), wexp)
     b = wide_random(rng, (48,), bexp)
-    out = mx.nd.FullyConnected(nd16(x), nd16(w), nd16(b), num_hidden=48).asnumpy()
-    report("FullyConnected", profile, compare(out, *ref_fully_connected(x, w, b)))
+    out = mx.nd.FullyConnected(nd16(x), nd16(w), None, num_hidden=48, no_bias=True).asnumpy()
+    report("FullyConnected", profile, compare(out, *ref_fully_connected(x, w, 0 * b)))
+    biased = mx.nd.FullyConnected(nd16(x), nd16(w), nd16(b), num_hidden=48).asnumpy()
+    assert_bias_added_as_on_gpu(biased, out, b, axis=-1)
 
 
 CONV_CASES = {
@@ -245,10 +262,13 @@ def test_convolution_matches_float64_reference(case, emu, report):
     rng = np.random.RandomState(2)
     _, f, _, kernel, stride, pad, dilate, groups = CONV_CASES[case]
     x, w, b = conv_inputs(rng, case, "wide")
-    out = mx.nd.Convolution(nd16(x), nd16(w), nd16(b), kernel=kernel, stride=stride, pad=pad,
-                            dilate=dilate, num_filter=f, num_group=groups).asnumpy()
+    kwargs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, num_filter=f,
+                  num_group=groups)
+    out = mx.nd.Convolution(nd16(x), nd16(w), None, no_bias=True, **kwargs).asnumpy()
     report("Convolution", case,
-           compare(out, *ref_conv2d(x, w, b, stride, pad, dilate, groups)))
+           compare(out, *ref_conv2d(x, w, 0 * b, stride, pad, dilate, groups)))
+    assert_bias_added_as_on_gpu(mx.nd.Convolution(nd16(x), nd16(w), nd16(b), **kwargs).asnumpy(),
+                                out, b)
 
 
 def test_convolution_1d_matches_float64_reference(emu, report):
@@ -257,18 +277,20 @@ def test_convolution_1d_matches_float64_reference(emu, report):
     x = wide_random(rng, (3, 8, 20), dexp)
     w = wide_random(rng, (10, 8, 5), wexp)
     b = wide_random(rng, (10,), dexp)
-    out = mx.nd.Convolution(nd16(x), nd16(w), nd16(b), kernel=(5,), stride=(2,), pad=(1,),
-                            num_filter=10).asnumpy()
-    exact, mag, k = ref_conv2d(x[:, :, None], w[:, :, None], b, (1, 2), (0, 1), (1, 1), 1)
+    kwargs = dict(kernel=(5,), stride=(2,), pad=(1,), num_filter=10)
+    out = mx.nd.Convolution(nd16(x), nd16(w), None, no_bias=True, **kwargs).asnumpy()
+    assert_bias_added_as_on_gpu(mx.nd.Convolution(nd16(x), nd16(w), nd16(b), **kwargs).asnumpy(),
+                                out, b)
+    exact, mag, k = ref_conv2d(x[:, :, None], w[:, :, None], 0 * b, (1, 2), (0, 1), (1, 1), 1)
     report("Convolution", "1d", compare(out, exact[:, :, 0], mag[:, :, 0], k))
 
 
 def test_convolution_tiny_values_give_subnormal_results(emu, report):
     rng = np.random.RandomState(4)
     x, w, b = conv_inputs(rng, "3x3", "tiny")
-    out = mx.nd.Convolution(nd16(x), nd16(w), nd16(b), kernel=(3, 3), pad=(1, 1),
-                            num_filter=12).asnumpy()
-    exact, mag, k = ref_conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    out = mx.nd.Convolution(nd16(x), nd16(w), None, kernel=(3, 3), pad=(1, 1),
+                            num_filter=12, no_bias=True).asnumpy()
+    exact, mag, k = ref_conv2d(x, w, 0 * b, (1, 1), (1, 1), (1, 1), 1)
     assert np.mean(np.abs(exact) < np.finfo(F16).tiny) > 0.5  # mostly subnormal results
     assert np.mean(np.abs(x) < np.finfo(F16).tiny) > 0.3  # from partly subnormal data
     report("Convolution", "tiny", compare(out, exact, mag, k))
@@ -292,11 +314,13 @@ def test_deconvolution_matches_float64_reference(case, emu, report):
     x = wide_random(rng, (2, c, size, size), dexp)
     w = wide_random(rng, (c, f // groups) + kernel, wexp)
     b = wide_random(rng, (f,), dexp)
-    out = mx.nd.Deconvolution(nd16(x), nd16(w), nd16(b), kernel=kernel, stride=stride,
-                              pad=pad, dilate=dilate, adj=adj, num_filter=f, num_group=groups,
-                              no_bias=False).asnumpy()
+    kwargs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, adj=adj, num_filter=f,
+                  num_group=groups)
+    out = mx.nd.Deconvolution(nd16(x), nd16(w), None, no_bias=True, **kwargs).asnumpy()
     report("Deconvolution", case,
-           compare(out, *ref_deconv2d(x, w, b, stride, pad, dilate, adj, groups)))
+           compare(out, *ref_deconv2d(x, w, 0 * b, stride, pad, dilate, adj, groups)))
+    biased = mx.nd.Deconvolution(nd16(x), nd16(w), nd16(b), no_bias=False, **kwargs).asnumpy()
+    assert_bias_added_as_on_gpu(biased, out, b)
 
 
 @pytest.mark.parametrize("transpose_a", [False, True])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mxmixed import emulation
+from mxmixed._state import EMULATION
 
 
 def test_disable_restores_mxnet_functions():
@@ -42,7 +43,7 @@ def test_float16_fully_connected_fails_without_emulation_and_runs_with_it():
 def test_auto_mode_emulates_on_a_cpu_only_machine_and_says_so_once(caplog):
     if mx.context.num_gpus():
         pytest.skip("a GPU is visible: auto mode uses the real kernels")
-    emulation._State.announced = False
+    EMULATION.announced = False
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         assert emulation.enable("auto")
         emulation.disable()

@@ -16,7 +16,7 @@ import mxnet as mx
 from mxnet.base import NDArrayHandle
 
 from .. import emulation
-from ..graphpass import emulate_symbol
+from ..emulation import emulate_symbol
 from ._graph import LOSS_OUTPUT_OPS, graph_json, infer_shapes, mxnet_reason
 
 

@@ -4,9 +4,6 @@ dtype inference per graph entry, and names that point back to Gluon blocks.
 Every diagnostic works on a Symbol graph. A Gluon ``HybridBlock`` is traced by calling it on
 ``mx.sym.var('data')``; that does not touch its cached graph, its parameters or its gradients.
 """
-import contextlib
-import io
-import json
 import re
 
 import numpy as np
@@ -14,12 +11,15 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
+from .. import _graph as graphs
+from .. import emulation
+
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
 LABEL = "label"
 LOSS_OUTPUT_OPS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
                    "MAERegressionOutput", "SVMOutput", "MakeLoss")
-_EMU = re.compile(r"_emu_(in|out)\d+$")
+_EMU = re.compile(r"_emu_(in\d+|out\d+|round0|widen0|bias|biasadd0)$")
 
 
 # ---------------------------------------------------------------- errors from MXNet
@@ -111,7 +111,6 @@ def check_initialized(net, X=None):
             raise RuntimeError("the parameters of the net are not initialized yet (deferred "
                                "initialization, e.g. %s): run one batch through it first"
                                % deferred[0])
-        from .. import emulation
         try:
             with emulation.emulated(), mx.autograd.pause(train_mode=False):
                 net(X)
@@ -167,7 +166,7 @@ def trace(net, loss_fn=None, with_label=False):
 
 def graph_json(sym):
     """The graph as a dict, with every cast kept."""
-    return json.loads(sym.tojson(remove_amp_cast=False))
+    return graphs.graph_json(sym)
 
 
 def strip_amp_casts(sym):
@@ -195,21 +194,15 @@ def infer_shapes(sym, shapes, partial=False):
         Argument shapes by name, output shapes, auxiliary shapes by name.
     """
     try:
-        # MXNet prints the arguments to stdout before raising; the error below says it all
-        with contextlib.redirect_stdout(io.StringIO()):
-            if partial:
-                arg, out, aux = sym.infer_shape_partial(**shapes)
-            else:
-                arg, out, aux = sym.infer_shape(**shapes)
-    except mx.base.MXNetError as err:
+        found = graphs.infer_shapes(sym, shapes, partial=partial)
+    except graphs.GraphShapeError as err:
         raise ValueError("the input shape %s does not fit the graph: %s"
-                         % (_fmt_shapes(shapes), mxnet_reason(err))) from None
-    if arg is None:
+                         % (_fmt_shapes(shapes), mxnet_reason(err.error))) from None
+    if found is None:
         raise ValueError("the input shape %s is not enough to infer the graph's shapes; give "
                          "the shapes of all its inputs %s"
                          % (_fmt_shapes(shapes), _data_inputs(sym)))
-    return (dict(zip(sym.list_arguments(), arg)), out,
-            dict(zip(sym.list_auxiliary_states(), aux)))
+    return found
 
 
 def _data_inputs(sym):
@@ -272,18 +265,13 @@ class GraphInfo:
         self.arg_shapes, _, self.aux_shapes = infer_shapes(sym, shapes)
         _, out_shapes, _ = infer_shapes(internals, shapes)
         try:
-            arg_types, out_types, aux_types = internals.infer_type_partial(**(dtypes or {}))
-        except mx.base.MXNetError as err:
-            raise TypeError("the graph's dtypes do not fit together: %s"
-                            % mxnet_reason(err)) from None
-        self.arg_dtypes = {n: (None if t is None else np.dtype(t))
-                           for n, t in zip(internals.list_arguments(), arg_types)}
-        self.aux_dtypes = {n: (None if t is None else np.dtype(t))
-                           for n, t in zip(internals.list_auxiliary_states(), aux_types)}
+            self.arg_dtypes, out_types, self.aux_dtypes = graphs.infer_types(internals,
+                                                                             dtypes or {})
+        except graphs.GraphTypeError as err:
+            raise TypeError("the graph's dtypes do not fit together: %s" % err.reason) from None
         self._outputs = {}
         for j, owner in enumerate(owners):
-            dtype = None if out_types[j] is None else np.dtype(out_types[j])
-            self._outputs.setdefault(owner, []).append((tuple(out_shapes[j]), dtype))
+            self._outputs.setdefault(owner, []).append((tuple(out_shapes[j]), out_types[j]))
 
     def output(self, node_index, k=0):
         """(shape, dtype) of output ``k`` of a node (a variable's own shape and dtype)."""

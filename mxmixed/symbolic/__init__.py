@@ -20,7 +20,7 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
 * :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU.
 
 On a CPU the float16 graphs run through the emulation graph pass
-(:func:`mxmixed.graphpass.emulate_symbol`); on a GPU they run unchanged.
+(:func:`mxmixed.emulation.emulate_symbol`); on a GPU they run unchanged.
 
 .. note::
    ``Symbol.save``, ``Symbol.tojson``, ``mx.model.save_checkpoint`` and ``HybridBlock.export``

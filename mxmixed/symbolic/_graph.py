@@ -4,16 +4,13 @@ Type inference per entry, the ``keep_io_types=False`` rewrite, inference forms o
 loss outputs, and the inference ``SymbolBlock`` (emulated on a CPU) that the conversion,
 validation, search and loading code share.
 """
-import json
-
 import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
-from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
-
-from ..graphpass import emulate_symbol
+from .. import _graph as graphs
+from ..emulation import emulate_symbol
 from ._common import (ConversionError, _BATCHNORM_OPS, _FLOAT16, _FLOAT32, _LOSS_OUTPUTS,
                       _last_line)
 
@@ -22,24 +19,17 @@ __all__ = []  # private helpers only, imported by name
 
 # ------------------------------------------------------------------ graph helpers
 def _graph(sym):
-    return json.loads(sym.tojson(remove_amp_cast=False))
+    return graphs.graph_json(sym)
 
 
 def _entry_dtypes(graph, known):
     """Dtype of every entry ``(node, output)`` consumed in the graph or at its heads."""
-    entries = sorted({(src, out) for node in graph["nodes"] for src, out, _ in node["inputs"]}
-                     | {(src, out) for src, out, _ in graph["heads"]})
-    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
-    probe["heads"] = [[src, out, 0] for src, out in entries]
-    sym = mx.sym.load_json(json.dumps(probe))
-    names = set(sym.list_inputs())
     try:
-        _, out_types, _ = sym.infer_type_partial(**{n: t for n, t in known.items() if n in names})
-    except mx.base.MXNetError as err:
+        dtypes, _ = graphs.entry_dtypes(graph, graphs.consumed_entries(graph), known)
+    except graphs.GraphTypeError as err:
         raise ConversionError("MXNet's type inference rejects the graph: %s"
-                              % _last_line(err)) from None
-    return {entry: (np.dtype(t) if t is not None else None)
-            for entry, t in zip(entries, out_types)}
+                              % err.reason) from None
+    return dtypes
 
 
 def _compute_dtype(node, dtypes):
@@ -67,10 +57,7 @@ def _known_types(arg_params, aux_params, data_types):
 
 
 def _var_dtype(node, default=_FLOAT32):
-    code = node.get("attrs", {}).get("__dtype__")
-    if code is None or code == "-1":
-        return default
-    return np.dtype(_DTYPE_MX_TO_NP[int(code)])
+    return graphs.var_dtype(node, default)
 
 
 def _rebuild(graph, keep, entry_map, extra_after):
@@ -126,8 +113,7 @@ def _io_float16(graph, data_names, dtypes):
                 and nodes[j]["attrs"].get("dtype") == "float16"]
         if not down:
             continue
-        nodes[d] = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=str(
-            _DTYPE_NP_TO_MX[np.float16])))
+        nodes[d] = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16)))
         for j in down:
             drop.add(j)
             redirect[(j, 0)] = (d, 0)

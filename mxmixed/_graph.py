@@ -1,0 +1,231 @@
+"""The one graph-JSON and type-inference layer: Symbol <-> JSON dict, dtypes and shapes.
+
+Everything that reads or rewrites a Symbol graph (the emulation's graph pass, the symbolic
+conversion, the diagnostics) goes through these helpers, so a graph is parsed one way and its
+dtypes and shapes are inferred one way. Domain-specific rewrites stay with their callers.
+
+A graph here is the dict of ``sym.tojson(remove_amp_cast=False)``: ``nodes`` (each with
+``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``), ``arg_nodes`` and
+``heads``. An *entry* is a ``(node, output)`` pair.
+"""
+import contextlib
+import io
+import json
+
+import numpy as np
+
+import mxnet as mx
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
+
+__all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "consumed_entries",
+           "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
+           "cast_node", "pin_variable_dtypes", "last_line"]
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+class GraphTypeError(TypeError):
+    """MXNet's type inference rejects a graph for the given input dtypes.
+
+    Attributes
+    ----------
+    reason : str
+        The informative last line of MXNet's message.
+    """
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class GraphShapeError(ValueError):
+    """MXNet's shape inference rejects a graph for the given input shapes.
+
+    Attributes
+    ----------
+    error : mxnet.base.MXNetError
+        MXNet's error, for callers that word their own message.
+    """
+
+    def __init__(self, error):
+        super().__init__(last_line(error))
+        self.error = error
+
+
+def last_line(err):
+    """The last non-empty line of an error message (MXNet's C++ traceback left out)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else repr(err)
+
+
+def graph_json(sym):
+    """The graph of a Symbol as a dict, every cast kept.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+
+    Returns
+    -------
+    dict
+    """
+    return json.loads(sym.tojson(remove_amp_cast=False))
+
+
+def load_graph(graph):
+    """A Symbol from a graph dict (``node_row_ptr``, stale after a rewrite, dropped).
+
+    Parameters
+    ----------
+    graph : dict
+
+    Returns
+    -------
+    mxnet.symbol.Symbol
+    """
+    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+
+
+def consumed_entries(graph):
+    """Every entry read by a node or returned as a head, sorted.
+
+    Returns
+    -------
+    list of (int, int)
+    """
+    return sorted({(src, out) for node in graph["nodes"] for src, out, _ in node["inputs"]}
+                  | {(src, out) for src, out, _ in graph["heads"]})
+
+
+def _np(dtype):
+    return None if dtype is None else np.dtype(dtype)
+
+
+def infer_types(sym, known):
+    """``sym.infer_type_partial`` with NumPy dtypes and names, for the inputs the graph has.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    known : dict of str to dtype
+        Input dtypes; names the graph does not have are ignored.
+
+    Returns
+    -------
+    (dict, list, dict)
+        Argument dtypes by name, output dtypes, auxiliary dtypes by name (None: unknown).
+
+    Raises
+    ------
+    GraphTypeError
+        When MXNet's type inference rejects the graph.
+    """
+    names = set(sym.list_inputs())
+    try:
+        arg_types, out_types, aux_types = sym.infer_type_partial(
+            **{n: t for n, t in known.items() if n in names})
+    except mx.base.MXNetError as err:
+        raise GraphTypeError(last_line(err)) from None
+    return ({n: _np(t) for n, t in zip(sym.list_arguments(), arg_types)},
+            [_np(t) for t in out_types],
+            {n: _np(t) for n, t in zip(sym.list_auxiliary_states(), aux_types)})
+
+
+def entry_dtypes(graph, entries, known):
+    """Infer the dtype of graph entries with MXNet's own type inference.
+
+    Parameters
+    ----------
+    graph : dict
+        From :func:`graph_json`.
+    entries : list of (int, int)
+        The entries to type, e.g. :func:`consumed_entries`.
+    known : dict of str to dtype
+        Input dtypes.
+
+    Returns
+    -------
+    (dict, dict)
+        Dtype of each entry (None: unknown) and the inferred dtype of each graph input.
+
+    Raises
+    ------
+    GraphTypeError
+        When MXNet's type inference rejects the graph.
+    """
+    probe = dict(graph)
+    probe["heads"] = [[src, out, 0] for src, out in entries]
+    arg_types, out_types, aux_types = infer_types(load_graph(probe), known)
+    variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
+                 if t is not None}
+    return dict(zip(entries, out_types)), variables
+
+
+def infer_shapes(sym, shapes, partial=False):
+    """``sym.infer_shape`` (or its partial form) with the arguments and aux states by name.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    shapes : dict of str to tuple
+    partial : bool, default False
+
+    Returns
+    -------
+    (dict, list, dict) or None
+        Argument shapes by name, output shapes, auxiliary shapes by name; None when the
+        shapes given are not enough (full inference only).
+
+    Raises
+    ------
+    GraphShapeError
+        When MXNet's shape inference rejects the shapes.
+    """
+    try:
+        # MXNet prints the arguments to stdout before raising; the error says it all
+        with contextlib.redirect_stdout(io.StringIO()):
+            infer = sym.infer_shape_partial if partial else sym.infer_shape
+            arg, out, aux = infer(**shapes)
+    except mx.base.MXNetError as err:
+        raise GraphShapeError(err) from None
+    if arg is None:
+        return None
+    return (dict(zip(sym.list_arguments(), arg)), out,
+            dict(zip(sym.list_auxiliary_states(), aux)))
+
+
+def var_dtype(node, default=_FLOAT32):
+    """The dtype a variable node declares with ``__dtype__``, or ``default``."""
+    code = node.get("attrs", {}).get("__dtype__")
+    if code is None or code == "-1":
+        return default
+    return np.dtype(_DTYPE_MX_TO_NP[int(code)])
+
+
+def dtype_code(dtype):
+    """MXNet's integer code of a dtype, as the string a ``__dtype__`` attribute holds."""
+    return str(_DTYPE_NP_TO_MX[np.dtype(dtype).type])
+
+
+def cast_node(name, dtype, entry):
+    """An ``amp_cast`` node dict reading ``entry`` (``[node, output, ...]``)."""
+    return {"op": "amp_cast", "name": name, "attrs": {"dtype": np.dtype(dtype).name},
+            "inputs": [[entry[0], entry[1], 0]]}
+
+
+def pin_variable_dtypes(graph, variables):
+    """Record each input's inferred dtype on its node, unless it declares one.
+
+    Inference may derive a weight's dtype from the op that consumes it; once a cast sits in
+    between, nothing could, so the dtype the original graph implied is written down.
+
+    Parameters
+    ----------
+    graph : dict
+        Changed in place.
+    variables : dict of str to dtype
+    """
+    for node in graph["nodes"]:
+        if node["op"] == "null" and node["name"] in variables:
+            attrs = node.setdefault("attrs", {})
+            attrs.setdefault("__dtype__", dtype_code(variables[node["name"]]))

@@ -1,0 +1,159 @@
+"""CPU float16 emulation: run float16 MXNet graphs on a CPU with GPU-faithful numerics.
+
+MXNet 1.9.1's CPU build has no float16 GEMM, and some of its float16 kernels are far slower
+than float32. While emulation is on, every op listed in :mod:`mxmixed.emulation._ops` that sees
+float16 inputs on a CPU casts them to float32, computes in float32 and casts its float16
+outputs back: float16 operands, float32 accumulation, a float16 result, as on a GPU with Tensor
+Cores. The tensors between ops keep exactly the dtypes a GPU run would give them, so rounding,
+underflow and overflow happen in the same places, in the forward and the backward pass.
+
+Where it applies:
+
+* imperative NDArray calls (``mx.nd.FullyConnected`` ...) and non-hybridized Gluon blocks;
+* hybridized Gluon blocks and ``SymbolBlock``: the graph of each ``CachedOp`` is rewritten by
+  :func:`emulate_symbol` once the dtypes of its inputs are known;
+* Symbols bound with ``bind`` / ``simple_bind`` (and so the Module API) on a CPU context;
+* any graph, loaded or built, through :func:`emulate_symbol` directly;
+* AMP's own ``amp_multicast`` (its oneDNN kernel rejects float16), imperative and in graphs;
+* ``mxnet.contrib.amp``'s imperative casts: MXNet 1.9.1 casts float16 to float32 for the ops on
+  AMP's float32 list (softmax, norms, Gluon losses) only on GPU contexts, so while emulation
+  is on, CPU arrays are cast as a GPU's would be.
+
+A biased FullyConnected, Convolution or Deconvolution rounds twice, as MXNet's GPU kernels do:
+its no-bias result is rounded to float16, then the bias is added in float16 arithmetic.
+
+Float32 tensors never pass through a cast: an op whose inputs are float32 runs exactly as
+without emulation, and a float32 graph is left unchanged. GPU contexts are never touched, so
+the same code uses the real float16 kernels on a GPU.
+
+.. note::
+   Emulation reproduces float16 numerics, not float16 speed. It is slower than float32 on a
+   CPU, and no CPU timing says anything about Tensor Cores.
+
+.. note::
+   With ``mxnet.contrib.amp``, either order works: AMP's casting wrappers stay outermost and
+   the emulation sits beneath them. A hybridized block that already ran before emulation was
+   switched on keeps its plain cached graph; call ``net.hybridize()`` again to rebuild it.
+
+.. note::
+   Training a float16 Deconvolution imperatively or in a hybridized block raises
+   NotImplementedError on MXNet's oneDNN build: its backward fails and corrupts the process
+   when the weight is computed (an MXNet 1.9.1 bug the weight's cast triggers). Set
+   ``MXNET_MKLDNN_ENABLED=0``, use the Symbol executor, or a GPU. Inference is unaffected.
+
+.. note::
+   RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
+   states stay float32 between time steps, where cuDNN keeps float16 states. The difference
+   to a step-by-step float16 reference is measured in ``tests/test_emulation_rnn.py`` and
+   reported in ``docs/emulation.md``.
+"""
+import contextlib
+import logging
+
+from .._state import EMULATION, emulation_active, gpu_visible
+from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
+from ._hooks import EmulatedCachedOp, install_graph_hooks
+from ._ops import EMULATED_OPS, NOT_EMULATED
+from ._wrappers import AMP_MODULE, REAL_AMP_CAST, amp_cast_as_on_gpu, install_nd_wrappers
+
+__all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
+           "count_emulated", "rewritten_op_types", "EmulatedCachedOp", "EMULATED_OPS",
+           "NOT_EMULATED"]
+
+_LOG = logging.getLogger("mxmixed.emulation")
+
+
+def _apply():
+    undo = install_nd_wrappers()
+    undo.append(install_graph_hooks())
+    AMP_MODULE._cast_symbol_NDArray = amp_cast_as_on_gpu
+
+    def restore_amp_cast():
+        AMP_MODULE._cast_symbol_NDArray = REAL_AMP_CAST
+
+    undo.append(restore_amp_cast)
+    return undo
+
+
+def enable(mode="on"):
+    """Switch CPU float16 emulation on.
+
+    Parameters
+    ----------
+    mode : {'on', 'auto'}, default 'on'
+        ``'on'`` emulates float16 on CPU contexts whatever else the machine has. ``'auto'``
+        emulates only when no GPU is visible, and then logs once that float16 runs emulated,
+        for numerics and not speed; it is meant for higher-level helpers.
+
+    Returns
+    -------
+    bool
+        Whether emulation is now active.
+    """
+    if mode not in ("on", "auto"):
+        raise ValueError("mode must be 'on' or 'auto', got %r" % (mode,))
+    if mode == "auto" and gpu_visible():
+        if not EMULATION.active:
+            EMULATION.mode = "auto"
+            EMULATION.reason = "a GPU is visible: real float16 kernels are used"
+        return EMULATION.active
+    if mode == "auto" and not EMULATION.announced:
+        _LOG.warning("No GPU is visible, so mxmixed emulates float16 on the CPU: float16 "
+                     "rounding with float32 arithmetic, for numerics and not speed.")
+        EMULATION.announced = True
+    if not EMULATION.active:
+        EMULATION.undo = _apply()
+        EMULATION.active = True
+    EMULATION.mode = mode
+    EMULATION.reason = "no GPU visible" if mode == "auto" else "switched on explicitly"
+    return True
+
+
+def disable():
+    """Switch CPU float16 emulation off and restore MXNet's functions.
+
+    AMP's wrappers, if ``amp.init`` ran in between, stay in place.
+    """
+    for undo in reversed(EMULATION.undo):
+        undo()
+    EMULATION.undo = []
+    EMULATION.active = False
+    EMULATION.mode, EMULATION.reason = None, ""
+
+
+@contextlib.contextmanager
+def emulated(mode="on"):
+    """Context manager form of :func:`enable`; restores the previous state on exit.
+
+    Parameters
+    ----------
+    mode : {'on', 'auto'}, default 'on'
+        As in :func:`enable`.
+
+    Yields
+    ------
+    bool
+        Whether emulation is active inside the block.
+    """
+    was_active, was_mode, was_reason = EMULATION.active, EMULATION.mode, EMULATION.reason
+    try:
+        yield enable(mode)
+    finally:
+        if not was_active:
+            disable()
+        EMULATION.mode, EMULATION.reason = was_mode, was_reason
+
+
+def describe():
+    """One line for ``mxmixed info``: whether emulation is active, and why.
+
+    Returns
+    -------
+    str
+    """
+    if EMULATION.active:
+        return "active (%s): %d ops emulated" % (EMULATION.reason, len(EMULATED_OPS))
+    if EMULATION.reason:
+        return "inactive (%s)" % EMULATION.reason
+    return ("inactive (switch it on with mxmixed.emulation.enable(); mode='auto' emulates "
+            "only when no GPU is visible)")

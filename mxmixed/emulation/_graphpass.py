@@ -1,0 +1,279 @@
+"""A Symbol graph pass that makes float16 graphs executable on CPU with GPU-faithful numerics.
+
+For every emulated operator (see :mod:`mxmixed.emulation._ops`) whose inputs are float16 after
+MXNet's own type inference, the pass inserts ``amp_cast`` nodes: float16 inputs are cast to
+float32, the op runs in float32, and each output that was float16 in the original graph is
+cast back to float16. An ``amp_multicast`` fed float16 becomes what it computes: each output
+is its input, cast where the dtype changes (exact, or one rounding). A biased FullyConnected, Convolution or Deconvolution runs without its
+bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
+float32 add of float16 values, rounded), the two roundings of MXNet's GPU kernels. Every other
+tensor keeps its dtype, so the rewritten graph has the dtypes a GPU run would have. Operators
+whose inputs are float32 are left untouched: a float32 graph comes out unchanged.
+
+The pass works on the JSON form of a Symbol, so it applies equally to a graph built in this
+process, one loaded from ``prefix-symbol.json`` and the graph of a hybridized Gluon block.
+"""
+import ast
+
+import numpy as np
+
+from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
+                      pin_variable_dtypes)
+from ._ops import BIAS_TWICE, EMULATED_OPS
+
+__all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
+
+_FLOAT16 = np.dtype(np.float16)
+
+
+def _short(types):
+    return {name: np.dtype(dtype).name for name, dtype in types.items()}
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("true", "1")
+
+
+def bias_of(op, attrs, n_inputs):
+    """The bias position of a biased GEMM op whose GPU kernel adds it as a second rounding.
+
+    Parameters
+    ----------
+    op : str
+    attrs : dict
+        The node's (or call's) attributes.
+    n_inputs : int
+
+    Returns
+    -------
+    int or None
+        None when the op has no bias composition or no bias.
+    """
+    spec = EMULATED_OPS.get(op)
+    if spec is None or spec.gpu != BIAS_TWICE or _truthy(attrs.get("no_bias", False)):
+        return None
+    return spec.bias_input if n_inputs > spec.bias_input else None
+
+
+def bias_shape(op, attrs):
+    """Shape to reshape a bias to, to broadcast it onto the op's output (None: trailing axis).
+
+    Parameters
+    ----------
+    op : str
+    attrs : dict
+
+    Returns
+    -------
+    tuple of int or None
+    """
+    layout = attrs.get("layout")
+    if op == "FullyConnected" or (layout not in (None, "None") and str(layout).endswith("C")):
+        return None
+    kernel = attrs.get("kernel", "()")
+    kernel = ast.literal_eval(kernel) if isinstance(kernel, str) else kernel
+    rank = len(kernel) if isinstance(kernel, (tuple, list)) else 1
+    return (-1,) + (1,) * rank
+
+
+def emulate_symbol(sym, type_dict=None, exclude=()):
+    """Rewrite a Symbol so that its float16 GEMM-like ops run on CPU in emulation.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        The graph, built in this process or loaded with ``mx.sym.load``.
+    type_dict : dict of str to dtype, optional
+        Dtypes of the graph inputs (data, params, aux states). Inputs left out take the dtype
+        of their ``__dtype__`` attribute or what type inference derives; inputs nothing
+        determines are assumed float32.
+    exclude : iterable of str, optional
+        Node names to leave as they are.
+
+    Returns
+    -------
+    mxnet.symbol.Symbol
+        The rewritten graph, with the same inputs in the same order and the same outputs; the
+        input Symbol itself when nothing needed rewriting.
+
+    Raises
+    ------
+    TypeError
+        When MXNet's type inference rejects the graph for these dtypes, as it would on a GPU
+        (for example a float16 input with float32 weights in one FullyConnected).
+    """
+    graph = graph_json(sym)
+    nodes = graph["nodes"]
+    exclude = set(exclude)
+    targets = [i for i, node in enumerate(nodes)
+               if node["op"] in EMULATED_OPS and node["name"] not in exclude]
+    if not targets:
+        return sym
+    consumed = {(src, out) for node in nodes for src, out, _ in node["inputs"]}
+    consumed |= {(src, out) for src, out, _ in graph["heads"]}
+    target_set = set(targets)
+    entries = {(i, 0) for i in targets}
+    for i in targets:
+        entries.update((src, out) for src, out, _ in nodes[i]["inputs"])
+    entries.update(entry for entry in consumed if entry[0] in target_set)
+    entries = sorted(entries)
+    known = dict(type_dict or {})
+    try:
+        types, variables = entry_dtypes(graph, entries, known)
+    except GraphTypeError as err:
+        raise TypeError("MXNet's type inference rejects this graph for the input dtypes %s "
+                        "(it would fail on a GPU too): %s" % (_short(known), err.reason)) from None
+
+    rewrite, multicast = {}, {}
+    for i in targets:
+        if nodes[i]["op"] == "amp_multicast":
+            ins = [types[(src, out)] for src, out, _ in nodes[i]["inputs"]]
+            if _FLOAT16 in ins:
+                multicast[i] = {out: (ins[out], types[(i, out)])
+                                for (src, out) in entries if src == i}
+            continue
+        spec = EMULATED_OPS[nodes[i]["op"]]
+        cast_in = [k for k, (src, out, _) in enumerate(nodes[i]["inputs"])
+                   if k not in spec.keep_inputs and types[(src, out)] == _FLOAT16]
+        if cast_in:
+            cast_out = [out for (src, out) in entries
+                        if src == i and types[(src, out)] == _FLOAT16]
+            bias = bias_of(nodes[i]["op"], nodes[i].get("attrs", {}), len(nodes[i]["inputs"]))
+            if types[(i, 0)] != _FLOAT16:
+                bias = None
+            rewrite[i] = (cast_in, cast_out, bias)
+    if not rewrite and not multicast:
+        return sym
+    pin_variable_dtypes(graph, variables)
+    _pin_bias_shapes(graph, rewrite)
+    return load_graph(_rebuild(graph, rewrite, multicast))
+
+
+def _pin_bias_shapes(graph, rewrite):
+    """Write each bias variable's shape on it: once the op has no bias, nothing infers it."""
+    nodes = graph["nodes"]
+    for i, (_, _, bias) in rewrite.items():
+        if bias is None:
+            continue
+        src = nodes[i]["inputs"][bias][0]
+        attrs = nodes[i].get("attrs", {})
+        size = attrs.get("num_hidden", attrs.get("num_filter"))
+        if nodes[src]["op"] == "null" and size is not None:
+            nodes[src].setdefault("attrs", {}).setdefault("__shape__", "(%d,)" % int(size))
+
+
+def _bias_nodes(node, out_id, bias_entry, first_id):
+    """The nodes that add the bias as a GPU does: round, widen, add, round."""
+    name, attrs = node["name"], node.get("attrs", {})
+    nodes = [cast_node("%s_emu_round0" % name, "float16", [out_id, 0]),
+             cast_node("%s_emu_widen0" % name, "float32", [first_id, 0])]
+    bias = list(bias_entry)
+    shape = bias_shape(node["op"], attrs)
+    if shape is not None:
+        nodes.append({"op": "Reshape", "name": "%s_emu_bias" % name,
+                      "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})
+        bias = [first_id + 2, 0]
+    nodes.append({"op": "broadcast_add", "name": "%s_emu_biasadd0" % name, "attrs": {},
+                  "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
+    return nodes
+
+
+def _rebuild(graph, rewrite, multicast=None):
+    """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
+
+    Each ``amp_multicast`` node in ``multicast`` (``{output: (input dtype, output dtype)}``)
+    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where the dtype changes.
+    """
+    multicast = multicast or {}
+    new_nodes, where = [], {}
+    upcasts = {}
+    highest = {}
+    for src, out, _ in [e for node in graph["nodes"] for e in node["inputs"]] + graph["heads"]:
+        highest[src] = max(highest.get(src, 0), out)
+
+    def mapped(entry):
+        src, out, version = entry
+        return list(where.get((src, out), (src, out))) + [version]
+
+    for i, node in enumerate(graph["nodes"]):
+        node = dict(node)
+        node["inputs"] = [mapped(entry) for entry in node["inputs"]]
+        if i in multicast:
+            for out, (source_dtype, dtype) in multicast[i].items():
+                source = node["inputs"][out]
+                where[(i, out)] = tuple(source[:2])
+                if dtype != source_dtype:
+                    new_nodes.append(cast_node("%s_emu_out%d" % (node["name"], out), dtype,
+                                               source))
+                    where[(i, out)] = (len(new_nodes) - 1, 0)
+            continue
+        bias_entry = None
+        if i in rewrite:
+            cast_in, cast_out, bias = rewrite[i]
+            for k in cast_in:
+                key = tuple(node["inputs"][k][:2])
+                if key not in upcasts:
+                    new_nodes.append(cast_node("%s_emu_in%d" % (node["name"], k), "float32", key))
+                    upcasts[key] = len(new_nodes) - 1
+                node["inputs"][k] = [upcasts[key], 0, 0]
+            if bias is not None:
+                bias_entry = node["inputs"][bias]
+                node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
+                node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
+        new_nodes.append(node)
+        new_id = len(new_nodes) - 1
+        for out in range(highest.get(i, 0) + 1):
+            where[(i, out)] = (new_id, out)
+        if i in rewrite:
+            for out in rewrite[i][1]:
+                src = new_id
+                if out == 0 and bias_entry is not None:
+                    added = _bias_nodes(node, new_id, bias_entry, len(new_nodes))
+                    new_nodes.extend(added)
+                    src = len(new_nodes) - 1
+                new_nodes.append(cast_node("%s_emu_out%d" % (node["name"], out), "float16",
+                                           [src, 0 if src != new_id else out]))
+                where[(i, out)] = (len(new_nodes) - 1, 0)
+    heads = [mapped(entry) for entry in graph["heads"]]
+    arg_nodes = [j for j, node in enumerate(new_nodes) if node["op"] == "null"]
+    return {"nodes": new_nodes, "arg_nodes": arg_nodes, "heads": heads,
+            "attrs": graph.get("attrs", {})}
+
+
+def count_emulated(sym):
+    """Count the ``amp_cast`` nodes the pass inserted around emulated ops.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+
+    Returns
+    -------
+    dict
+        ``{'to_float32': n, 'to_float16': m}`` (the bias composition's inner casts not
+        counted).
+    """
+    counts = {"to_float32": 0, "to_float16": 0}
+    for node in graph_json(sym)["nodes"]:
+        if node["op"] == "amp_cast" and ("_emu_in" in node["name"]
+                                         or "_emu_out" in node["name"]):
+            counts["to_" + node["attrs"]["dtype"]] += 1
+    return counts
+
+
+def rewritten_op_types(sym):
+    """The op types that :func:`emulate_symbol` rewrote in a graph.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        A graph returned by :func:`emulate_symbol`.
+
+    Returns
+    -------
+    set of str
+    """
+    nodes = graph_json(sym)["nodes"]
+    return {node["op"] for node in nodes if node["op"] != "null"
+            and any(nodes[src]["name"].startswith(node["name"] + "_emu_in")
+                    for src, _, _ in node["inputs"])}

@@ -1,0 +1,113 @@
+"""The emulation's graph hooks: hybridized Gluon blocks (``CachedOp``) and ``Symbol.bind``.
+
+Both hand the graph to :func:`mxmixed.emulation.emulate_symbol` once the dtypes of its inputs
+are known, on CPU contexts only.
+"""
+import mxnet as mx
+
+from .._state import EMULATION
+from ._graphpass import emulate_symbol, rewritten_op_types
+from ._wrappers import refuse_deconv_training
+
+__all__ = ["EmulatedCachedOp", "install_graph_hooks"]
+
+REAL_CACHED_OP = mx.ndarray.CachedOp
+REAL_SIMPLE_BIND = mx.sym.Symbol.simple_bind
+REAL_BIND = mx.sym.Symbol.bind
+
+
+class EmulatedCachedOp:
+    """A ``CachedOp`` that rewrites its graph for float16 emulation once input dtypes are known.
+
+    Gluon creates one per hybridized block; while emulation is on, ``mxnet.ndarray.CachedOp``
+    is this class. Each distinct set of input dtypes and devices gets its own real CachedOp:
+    on a CPU with float16 inputs, the graph from :func:`emulate_symbol`; otherwise the graph
+    unchanged.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        The graph.
+    flags : sequence of (str, object)
+        CachedOp flags, passed through.
+    """
+
+    def __init__(self, sym, flags=()):
+        self._sym = sym
+        self._flags = list(flags)
+        self._names = sym.list_inputs()
+        self._ops = {}
+        self._deconv = {}
+        self._hook = None
+        self.is_np_sym = REAL_CACHED_OP(sym, self._flags).is_np_sym
+
+    def _op_for(self, args):
+        key = (EMULATION.active,) + tuple((a.dtype, a.context.device_type) for a in args)
+        op = self._ops.get(key)
+        if op is None:
+            sym = self._sym
+            if EMULATION.active and all(a.context.device_type == "cpu" for a in args):
+                sym = emulate_symbol(sym, {n: a.dtype for n, a in zip(self._names, args)})
+                if sym is not self._sym and sym.list_inputs() != self._names:
+                    raise RuntimeError("mxmixed.emulation changed the inputs of a graph; "
+                                       "please report this with the model's symbol JSON")
+            op = self._ops[key] = REAL_CACHED_OP(sym, self._flags)
+            self._deconv[key] = (sym is not self._sym
+                                 and "Deconvolution" in rewritten_op_types(sym))
+            if self._hook is not None:
+                op._register_op_hook(*self._hook)
+        return op, self._deconv[key]
+
+    def __call__(self, *args, **kwargs):
+        op, emulates_deconv = self._op_for(args)
+        if emulates_deconv:
+            refuse_deconv_training()
+        return op(*args, **kwargs)
+
+    def _register_op_hook(self, callback, monitor_all=False):
+        self._hook = (callback, monitor_all)
+        for op in self._ops.values():
+            op._register_op_hook(callback, monitor_all)
+
+
+def _is_cpu(ctx):
+    return ctx is None or getattr(ctx, "device_type", "cpu") == "cpu"
+
+
+def _simple_bind(self, ctx, grad_req="write", type_dict=None, *args, **kwargs):
+    sym = self
+    if EMULATION.active and _is_cpu(ctx):
+        sym = emulate_symbol(self, type_dict)
+    return REAL_SIMPLE_BIND(sym, ctx, grad_req, type_dict, *args, **kwargs)
+
+
+def _bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, *rest, **kwargs):
+    sym = self
+    if EMULATION.active and _is_cpu(ctx):
+        types = {}
+        for names, values in ((self.list_arguments(), args),
+                              (self.list_auxiliary_states(), aux_states)):
+            if isinstance(values, dict):
+                types.update({n: v.dtype for n, v in values.items()})
+            elif values is not None:
+                types.update({n: v.dtype for n, v in zip(names, values)})
+        sym = emulate_symbol(self, types)
+    return REAL_BIND(sym, ctx, args, args_grad, grad_req, aux_states, *rest, **kwargs)
+
+
+_simple_bind.__doc__ = REAL_SIMPLE_BIND.__doc__
+_bind.__doc__ = REAL_BIND.__doc__
+
+
+def install_graph_hooks():
+    """Put the CachedOp and bind hooks in place; return their undo callable."""
+    mx.ndarray.CachedOp = EmulatedCachedOp
+    mx.sym.Symbol.simple_bind = _simple_bind
+    mx.sym.Symbol.bind = _bind
+
+    def restore():
+        mx.ndarray.CachedOp = REAL_CACHED_OP
+        mx.sym.Symbol.simple_bind = REAL_SIMPLE_BIND
+        mx.sym.Symbol.bind = REAL_BIND
+
+    return restore

@@ -1,0 +1,171 @@
+"""The operators that mxmixed emulates in float16 on CPU, as data.
+
+Each entry says why the op is emulated and what a GPU computes, so that the emulation computes
+the same thing. An emulated op casts its float16 inputs to float32, runs the float32 kernel
+and casts its float16 outputs back: float16 operands, float32 arithmetic, one rounding to a
+float16 result. That is what a GPU does for a Tensor Core GEMM (float32 accumulation) and for
+cuDNN's BatchNorm and pooling (float32 compute), and it equals float16 arithmetic for an
+elementwise op whose float32 result rounds once (float32 holds the exact result of one
+operation on float16 values closely enough: 24 >= 2 * 11 + 2 bits).
+
+An op the GPU runs as several float16 steps is composed of the same steps (``gpu`` says
+which): a biased FullyConnected, Convolution or Deconvolution rounds its no-bias result to
+float16 and then adds the bias in float16 arithmetic, two roundings, as MXNet 1.9.1's GPU
+kernels do (FCForward's ``AddBias`` / ``add_bias_kernel``; ``cudnnAddTensor`` after
+``cudnnConvolutionForward`` and ``cudnnConvolutionBackwardData``).
+
+Ops are added to the second group only from measurement: ``benchmarks/op_survey.py`` times
+each op that gluoncv's model zoo and the tutorials use, in float16 and float32, on CPU.
+Reductions and softmax are deliberately absent even when slow: MXNet accumulates them in
+float16 unless ``MXNET_SAFE_ACCUMULATION=1``, so running them in float32 would change the
+numerics; they keep their native (slow but faithful) CPU float16 kernels.
+"""
+from collections import namedtuple
+
+__all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS",
+           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS"]
+
+OpSpec = namedtuple("OpSpec", ["reason", "keep_inputs", "float16_outputs", "same_dtype",
+                               "gpu", "bias_input"])
+OpSpec.__new__.__defaults__ = (None, None)
+OpSpec.__doc__ = """How one op is emulated.
+
+Parameters
+----------
+reason : str
+    Why it is emulated (missing CPU float16 kernel, a oneDNN dtype error, or the measured
+    slowdown).
+keep_inputs : tuple of int
+    Input positions never cast, because the op updates them in place (BatchNorm's moving
+    mean and variance) or needs them in their own dtype.
+float16_outputs : tuple of int or None
+    For NDArray calls, the outputs that are float16 on a GPU (None: all of them). BatchNorm's
+    optional mean and variance outputs stay float32. The graph pass needs no such entry: it
+    reads every output's dtype from MXNet's type inference.
+same_dtype : bool
+    Whether MXNet requires all float inputs to share one dtype (as every GEMM does); a
+    mixed call raises the error a GPU run would raise, instead of being quietly upcast.
+gpu : str
+    What MXNet 1.9.1 computes on a GPU for float16 inputs: one of :data:`ONE_ROUNDING`,
+    :data:`BIAS_TWICE`, or a sentence for anything else.
+bias_input : int or None
+    For :data:`BIAS_TWICE` ops, the position of the bias input (present unless
+    ``no_bias=True``).
+"""
+
+ONE_ROUNDING = "float32 arithmetic inside the op, one rounding of each float16 output"
+BIAS_TWICE = ("no-bias result (float32 accumulation) rounded to float16, then the bias added "
+              "in float16 arithmetic: a second rounding")
+FLOAT16_STEPS = "float16 arithmetic step by step"
+
+_BN_AUX = (3, 4)  # moving_mean, moving_var: updated in place, always float32
+_NO_GEMM = "no CPU float16 kernel: 'FP16 gemm on cpu not implemented!'"
+
+# Group 1: AMP's float16 list plus dot/batch_dot. No CPU float16 kernel exists in 1.9.1.
+GEMM_OPS = {
+    # GPU: linalg_gemm (cuBLAS, float32 compute) into the float16 output, then
+    # AddBias -> add_bias_kernel<half_t> adds the bias in float16 (fully_connected-inl.h).
+    # Known difference kept: FCBackward reduces the bias gradient with
+    # ReduceAxesComputeImpl<..., safe_acc=false>, which may accumulate in float16 on the GPU;
+    # the emulation sums it in float32 and rounds once (more accurate, not bit-faithful).
+    "FullyConnected": OpSpec("no CPU float16 kernel: 'only supported by CuDNN'", (), None, True,
+                             BIAS_TWICE, 2),
+    # GPU: cudnnConvolutionForward into the float16 output (float32 compute type), then
+    # cudnnAddTensor(bias, alpha=1, beta=1) (cudnn_convolution-inl.h).
+    "Convolution": OpSpec(_NO_GEMM, (), None, True, BIAS_TWICE, 2),
+    # GPU: cudnnConvolutionBackwardData, then cudnnAddTensor (cudnn_deconvolution-inl.h).
+    "Deconvolution": OpSpec(_NO_GEMM, (), None, True, BIAS_TWICE, 2),
+    # GPU: cuDNN's fused RNN adds its biases inside the kernel and keeps float16 states
+    # between steps; emulated at its boundary (see the RNN note in mxmixed.emulation).
+    "RNN": OpSpec("no CPU float16 kernel; see the RNN note in mxmixed.emulation", (), None,
+                  True, "cuDNN fused RNN: float32 math inside each step, float16 states "
+                  "between steps (emulated at the op boundary)"),
+    "dot": OpSpec("no CPU float16 kernel: dtype check fails in dot", (), None, True,
+                  ONE_ROUNDING),
+    "batch_dot": OpSpec("no CPU float16 kernel: dtype check fails in batch_dot", (), None,
+                        True, ONE_ROUNDING),
+}
+
+# Group 2: ops the tutorials and gluoncv models use whose CPU float16 kernel is more than
+# 2x slower than float32, measured by benchmarks/op_survey.py (forward+backward, 2-core CI
+# machine; ratios in benchmarks/op_survey.json), and whose float32-then-round result equals
+# what a GPU computes in float16.
+SLOW_OPS = {
+    # 27.6x slower in float16. cuDNN computes float16 BatchNorm in float32 with float32
+    # gamma/beta/statistics, which is exactly the emulation. Moving stats are never cast.
+    "BatchNorm": OpSpec("float16 CPU kernel 27.6x slower than float32", _BN_AUX, (0,), False,
+                        ONE_ROUNDING),
+    # avg 22.1x, global avg 21.0x, max 5.9x. cuDNN accumulates float16 averages in float32;
+    # max pooling is exact in any precision.
+    "Pooling": OpSpec("float16 CPU kernel 5.9-22.1x slower than float32", (), None, True,
+                      ONE_ROUNDING),
+    # relu 15.5x. Elementwise, one rounding of a float32 result either way.
+    "Activation": OpSpec("float16 CPU kernel 15.5x slower (relu)", (), None, True,
+                         ONE_ROUNDING),
+    # 4.5x. float32 holds the sum of two float16 values well enough that rounding it to
+    # float16 equals the correctly rounded float16 sum (24 >= 2*11 + 2 bits).
+    "elemwise_add": OpSpec("float16 CPU kernel 4.5x slower than float32", (), None, True,
+                           ONE_ROUNDING),
+    # 2.3x (relu6 in mobilenetv2). Rounding is monotonic, so clipping a float16 value in
+    # float32 and rounding gives the float16 clip against the rounded bounds.
+    "clip": OpSpec("float16 CPU kernel 2.3x slower than float32", (), None, True,
+                   ONE_ROUNDING),
+}
+
+# Group 3: AMP's own cast ops. MXNet 1.9.1's oneDNN kernel of amp_multicast has no float16
+# guard ("unknown type for MKLDNN :2") for any input mix that includes float16; AMP inserts
+# it into hybridized graphs and gluoncv calls F.amp_multicast directly (SSD's box decoder).
+# A cast of a float16 value to float32 is exact, and float32 -> float16 rounds once, so
+# casting each input straight to the dtype MXNet's type inference gives its output is exactly
+# the GPU's cast: the NDArray wrapper calls amp_cast per input, and the graph pass replaces
+# the node by those amp_casts (none where the dtype stays), so no oneDNN multicast runs. (amp_cast itself handles float16 <-> float32 on oneDNN; its gap is float64
+# and int64, which AMP never feeds it: see NOT_EMULATED.)
+AMP_OPS = {
+    "amp_multicast": OpSpec("oneDNN kernel has no float16 guard: 'unknown type for MKLDNN :2'",
+                            (), None, False, "a cast: exact, or one rounding to float16"),
+}
+
+# The gluoncv model zoo (benchmarks/op_survey.py --zoo: SSD, YOLOv3 with its training loss,
+# Faster R-CNN, FCN/PSP/DeepLab, simple_pose; ratios in benchmarks/op_survey_zoo.json) adds no
+# op without a CPU float16 kernel beyond group 1, and one oneDNN dtype error: amp_multicast
+# (group 3). Its other float16 ops run natively on the CPU, several slowly: see NOT_EMULATED.
+ZOO_OPS = {}
+
+# Not emulated, with the reason. Measured slow, but float32 arithmetic would change the
+# numerics a GPU produces ("slow:" entries, backed by benchmarks/op_survey.json), or a gap that
+# float16 never reaches ("gap:" entries).
+NOT_EMULATED = {
+    "log_softmax": "slow: 19.5x at scale, but it accumulates in float16 unless "
+                   "MXNET_SAFE_ACCUMULATION=1",
+    "mean": "slow: 7.5x, but it writes the float16 sum before dividing, so it overflows past "
+            "65504 whatever MXNET_SAFE_ACCUMULATION says; float32 arithmetic would hide that",
+    "_mul_scalar": "slow: 5.7x, but the GPU casts the scalar to float16 first (1e-8 becomes 0)",
+    "Dropout": "slow: 5.5x, but the mask holds round16(1/keep_prob), not 1/keep_prob",
+    "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16",
+    # from the model-zoo survey (benchmarks/op_survey_zoo.json)
+    "LeakyReLU": "slow: 60x (YOLOv3), but the GPU casts the slope to float16 before it "
+                 "multiplies (DType(slope)), as for _mul_scalar",
+    "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
+               "MXNET_SAFE_ACCUMULATION=1",
+    "_contrib_ROIAlign": "slow: 31x (Faster R-CNN), but the GPU kernel interpolates in "
+                         "float16 arithmetic step by step",
+    "_contrib_box_nms": "slow: 2.2x, but the GPU computes the overlaps in float16",
+    "_contrib_box_decode": "slow: 14x (SSD, Faster R-CNN), but the GPU decodes in float16 "
+                           "arithmetic step by step",
+    "L2Normalization": "slow: 11x (SSD VGG), but it sums the squares in float16 on the GPU",
+    "_contrib_BilinearResize2D": "slow: 5.2x (FCN/PSP/DeepLab); the GPU kernel's accumulation "
+                                 "dtype is not verified, so the native float16 kernel stays",
+    "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
+                                     "_contrib_BilinearResize2D",
+    "amp_cast": "gap: its oneDNN kernel fails on float64 and int64 ('unknown type for MKLDNN "
+                ":1' / ':6'), never on float16 <-> float32, the only casts AMP and the "
+                "emulation insert",
+}
+
+# Also slow in the zoo survey, and left native for now: elementwise and broadcast arithmetic,
+# comparisons, exp/sigmoid/abs, tile/repeat/where/max (2-22x). Each is one operation per
+# element, so float32-then-round would give the GPU's result for +, -, *, /, and comparisons
+# and copies are exact; they are candidates for SLOW_OPS once an end-to-end measurement shows
+# that the two casts cost less than the slow kernel on detection-sized tensors.
+
+EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS)

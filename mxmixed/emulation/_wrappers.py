@@ -1,0 +1,212 @@
+"""The emulation's NDArray wrappers, and how they are slid beneath AMP's own wrappers.
+
+Each emulated ``mx.nd`` function is replaced by a wrapper that, for float16 CPU inputs while
+the emulation is on, casts them to float32, calls the real function and casts the float16
+outputs back (see :mod:`mxmixed.emulation._ops` for what each op computes on a GPU).
+"""
+import functools
+import inspect
+import os
+
+import numpy as np
+
+import mxnet as mx
+from mxnet.ndarray import NDArray
+
+from .._state import EMULATION
+from ._graphpass import bias_of, bias_shape
+from ._ops import EMULATED_OPS
+
+__all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
+           "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
+
+_FLOAT16 = np.dtype(np.float16)
+_MARK = "_mxmixed_emulates"
+
+_DECONV_TRAINING = (
+    "training a float16 Deconvolution under CPU emulation hits an MXNet 1.9.1 oneDNN bug: its "
+    "backward fails ('could not execute a primitive') and corrupts the process when the weight "
+    "is computed, which the float16-to-float32 cast makes it. Set MXNET_MKLDNN_ENABLED=0 "
+    "before importing mxnet, bind it as a Symbol (Module API), or train on a GPU; inference "
+    "works as it is")
+
+
+def onednn_active():
+    """Whether MXNet runs its oneDNN (MKLDNN) kernels in this process.
+
+    Returns
+    -------
+    bool
+    """
+    return (mx.runtime.Features().is_enabled("MKLDNN")
+            and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0")
+
+
+def refuse_deconv_training():
+    """Raise NotImplementedError for an emulated Deconvolution under autograd on oneDNN."""
+    if mx.autograd.is_recording() and onednn_active():
+        raise NotImplementedError(_DECONV_TRAINING)
+
+
+def _upcast(value):
+    if isinstance(value, NDArray) and value.dtype == _FLOAT16:
+        return mx.nd.amp_cast(value, dtype="float32")
+    return value
+
+
+def _downcast(result, spec, out):
+    results = result if isinstance(result, (list, tuple)) else [result]
+    keep = range(len(results)) if spec.float16_outputs is None else spec.float16_outputs
+    casted = list(results)
+    for k in keep:
+        if k < len(casted) and casted[k].dtype == np.float32:
+            target = None
+            if out is not None:
+                target = out if isinstance(out, NDArray) else out[k]
+            casted[k] = mx.nd.amp_cast(casted[k], dtype="float16", out=target)
+    if isinstance(result, (list, tuple)):
+        return casted
+    return casted[0]
+
+
+def _add_bias_as_on_gpu(op_name, result, bias, attrs, out):
+    """Round the no-bias float32 result to float16, add the bias in float16 arithmetic."""
+    rounded = mx.nd.amp_cast(mx.nd.amp_cast(result, dtype="float16"), dtype="float32")
+    shape = bias_shape(op_name, attrs)
+    bias = bias if shape is None else bias.reshape(shape)
+    return mx.nd.amp_cast(mx.nd.broadcast_add(rounded, bias), dtype="float16", out=out)
+
+
+@functools.lru_cache(maxsize=256)
+def _multicast_types(dtypes, cast_narrow):
+    """Output dtypes of ``amp_multicast`` by MXNet's own type inference."""
+    names = ["x%d" % k for k in range(len(dtypes))]
+    sym = mx.sym.amp_multicast(*[mx.sym.var(n) for n in names], num_outputs=len(names),
+                               cast_narrow=cast_narrow)
+    _, out_types, _ = sym.infer_type(**dict(zip(names, dtypes)))
+    return tuple(np.dtype(t).name for t in out_types)
+
+
+def _multicast(original, *data, num_outputs=None, cast_narrow=False, out=None, **kwargs):
+    """``amp_multicast`` as the GPU computes it: each input cast to its output dtype."""
+    narrow = str(cast_narrow).lower() in ("true", "1")
+    targets = _multicast_types(tuple(np.dtype(a.dtype).name for a in data), narrow)
+    outs = out if isinstance(out, (list, tuple)) else [None] * len(data)
+    return [mx.nd.amp_cast(a, dtype=t, out=o) for a, t, o in zip(data, targets, outs)]
+
+
+def _make_nd_wrapper(op_name, original, spec):
+    names = [p.name for p in inspect.signature(original).parameters.values()
+             if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    keep_names = {names[k] for k in spec.keep_inputs if k < len(names)}
+    bias_name = names[spec.bias_input] if spec.bias_input is not None else None
+
+    def emulated_op(*args, **kwargs):
+        if not EMULATION.active:
+            return original(*args, **kwargs)
+        arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, NDArray)]
+        arrays += [(n, a) for n, a in kwargs.items() if isinstance(a, NDArray) and n != "out"]
+        if not any(a.dtype == _FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
+            return original(*args, **kwargs)
+        if spec.same_dtype:
+            dtypes = {a.dtype for _, a in arrays if np.issubdtype(a.dtype, np.floating)}
+            if len(dtypes) > 1:
+                raise TypeError("%s got inputs of dtypes %s; MXNet needs one dtype for all of "
+                                "them (a GPU run fails too): cast them alike"
+                                % (op_name, sorted(np.dtype(d).name for d in dtypes)))
+        if op_name == "Deconvolution":
+            refuse_deconv_training()
+        if op_name == "amp_multicast":
+            return _multicast(original, *args, **kwargs)
+        out = kwargs.pop("out", None)
+        new_args = [a if k in spec.keep_inputs else _upcast(a) for k, a in enumerate(args)]
+        new_kwargs = {n: v if n in keep_names else _upcast(v) for n, v in kwargs.items()}
+        bias = None
+        if bias_name is not None and bias_of(op_name, kwargs, spec.bias_input + 1) is not None:
+            if len(new_args) > spec.bias_input:
+                bias = new_args[spec.bias_input]
+                new_args[spec.bias_input] = None
+            else:
+                bias = new_kwargs.pop(bias_name, None)
+        if isinstance(bias, NDArray):
+            new_kwargs["no_bias"] = True
+            result = original(*new_args, **new_kwargs)
+            return _add_bias_as_on_gpu(op_name, result, bias, kwargs, out)
+        return _downcast(original(*new_args, **new_kwargs), spec, out)
+
+    emulated_op.__name__ = getattr(original, "__name__", op_name)
+    emulated_op.__doc__ = original.__doc__
+    setattr(emulated_op, _MARK, original)
+    return emulated_op
+
+
+def _is_amp_wrapper(func):
+    code = getattr(func, "__code__", None)
+    return (code is not None and "f" in code.co_freevars
+            and code.co_filename.replace("\\", "/").endswith("contrib/amp/amp.py"))
+
+
+def _amp_cell(func):
+    return func.__closure__[func.__code__.co_freevars.index("f")]
+
+
+def _install(holder, attr, make):
+    """Put ``make(original)`` beneath any AMP wrappers of ``holder.attr``; return its undo."""
+    current = getattr(holder, attr)
+    if not _is_amp_wrapper(current):
+        setattr(holder, attr, make(current))
+        return lambda: _uninstall(holder, attr)
+    cell = _amp_cell(current)
+    while _is_amp_wrapper(cell.cell_contents):
+        cell = _amp_cell(cell.cell_contents)
+    cell.cell_contents = make(cell.cell_contents)
+    return lambda: _uninstall(holder, attr)
+
+
+def _uninstall(holder, attr):
+    """Remove the emulation wrapper from ``holder.attr``, wherever AMP has put it since."""
+    current = getattr(holder, attr)
+    if hasattr(current, _MARK):
+        setattr(holder, attr, getattr(current, _MARK))
+        return
+    while _is_amp_wrapper(current):
+        cell = _amp_cell(current)
+        if hasattr(cell.cell_contents, _MARK):
+            cell.cell_contents = getattr(cell.cell_contents, _MARK)
+            return
+        current = cell.cell_contents
+
+
+def _nd_holders(op_name):
+    if op_name.startswith("_contrib_"):
+        return [(mx.nd.contrib, op_name[len("_contrib_"):])]
+    return [(mx.nd, op_name), (mx.nd.op, op_name)]
+
+
+def install_nd_wrappers():
+    """Wrap every emulated ``mx.nd`` function; return the undo callables."""
+    undo = []
+    for op_name, spec in EMULATED_OPS.items():
+        for holder, attr in _nd_holders(op_name):
+            if hasattr(holder, attr):
+                undo.append(_install(holder, attr,
+                                     lambda orig, n=op_name, s=spec: _make_nd_wrapper(n, orig, s)))
+    return undo
+
+
+# ---------------------------------------------------------------- AMP's own casts on a CPU
+AMP_MODULE = __import__("mxnet.contrib.amp.amp", fromlist=["amp"])
+REAL_AMP_CAST = AMP_MODULE._cast_symbol_NDArray
+_GPU_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def amp_cast_as_on_gpu(s, dtype):
+    """AMP's NDArray cast, with CPU float16 arrays treated as they are on a GPU.
+
+    MXNet 1.9.1 casts float16 to float32 for the ops on AMP's float32 list (softmax, norms,
+    losses) only on GPU contexts; on a CPU they would silently stay float16.
+    """
+    if (isinstance(s, NDArray) and s.context.device_type == "cpu" and s.dtype != dtype
+            and np.dtype(s.dtype) in _GPU_FLOATS and np.dtype(dtype) in _GPU_FLOATS):
+        return mx.nd.amp_cast(s, dtype=dtype)
+    return REAL_AMP_CAST(s, dtype)
