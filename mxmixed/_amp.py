@@ -101,6 +101,10 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
         contexts), False never.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     RuntimeError
@@ -113,6 +117,18 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
        direct ``amp.init()``, ``mxmixed.init()`` with the same target dtype and no op lists is
        accepted and only adds the emulation (mxmixed can read the target AMP was given, not its
        op lists); with op lists or another target it raises.
+
+    Examples
+    --------
+    >>> import mxmixed
+    >>> mxmixed.init()                # once per process, before any net is built
+    >>> mxmixed.amp_initialized()
+    True
+    >>> mxmixed.init()                # the same settings again: a no-op
+    >>> mxmixed.init(target_dtype="bfloat16")
+    Traceback (most recent call last):
+        ...
+    RuntimeError: ...
     """
     target = _check_target(target_dtype)
     settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
@@ -181,6 +197,22 @@ def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
        Build and hybridize the nets of an AMP run inside the scope: a block keeps the graph it
        cached, so a block hybridized inside stays mixed precision afterwards, and one cached
        before stays float32. Scopes cannot be used after a process-wide :func:`init`.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> for enabled in (False, True):
+    ...     with mxmixed.amp_scope(enabled=enabled):
+    ...         net = gluon.nn.Dense(4)
+    ...         net.initialize()
+    ...         net.hybridize()
+    ...         print(enabled, net(mx.nd.ones((2, 8))).dtype.__name__)
+    False float32
+    True float16
+    >>> mxmixed.amp_initialized()     # undone on exit
+    False
     """
     if not enabled:
         yield False

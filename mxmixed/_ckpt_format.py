@@ -192,6 +192,19 @@ def read_manifest(path):
     -------
     dict
         As described in :mod:`mxmixed.checkpoint`.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> net = gluon.nn.Dense(10, in_units=64)
+    >>> net.initialize()
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.mxmixed")
+    >>> mxmixed.checkpoint.save(path, net, extra={"epoch": 3})
+    >>> manifest = mxmixed.checkpoint.read_manifest(path)
+    >>> manifest["format_version"] == mxmixed.checkpoint.FORMAT_VERSION
+    True
     """
     path, members = read_members(path)
     return parse_manifest(path, members)

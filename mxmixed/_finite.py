@@ -124,6 +124,20 @@ def nonfinite_gradients(params):
     Returns
     -------
     NonfiniteGradients
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> from mxmixed import diagnostics
+    >>> net = gluon.nn.Dense(2, in_units=2)
+    >>> net.initialize()
+    >>> with autograd.record():
+    ...     loss = net(mx.nd.array([[1.0, float("inf")]])).sum()
+    >>> loss.backward()
+    >>> found = diagnostics.nonfinite_gradients(net.collect_params())
+    >>> bool(found)
+    True
     """
     if isinstance(params, dict) or hasattr(params, "values"):
         params = list(params.values())

@@ -6,7 +6,8 @@ nothing of mxmixed, so that :mod:`mxmixed.training` and :mod:`mxmixed.distribute
 use it; :mod:`mxmixed.distributed` re-exports it.
 """
 
-__all__ = ["kvstore_name", "is_distributed", "trainer_is_distributed", "init_kvstore"]
+__all__ = ["kvstore_name", "is_distributed", "trainer_is_distributed", "init_kvstore",
+           "ensure_local_updates", "ready_kvstore"]
 
 
 def kvstore_name(kvstore):
@@ -100,3 +101,45 @@ def init_kvstore(trainer):
         for data in param.list_data():
             data.wait_to_read()
     return trainer._kvstore
+
+
+def ensure_local_updates(trainer):
+    """Make a Trainer update locally (``update_on_kvstore=False``), which loss scaling needs.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+
+    Raises
+    ------
+    ValueError
+        For an asynchronous kvstore, or a Trainer that already updates on its kvstore.
+    """
+    config = trainer._kvstore_params
+    name = kvstore_name(config.get("kvstore"))
+    if "async" in name:
+        raise ValueError("kvstore '%s' updates on the server, before any overflow check; loss "
+                         "scaling needs a synchronous kvstore with update_on_kvstore=False" % name)
+    if trainer._kv_initialized:
+        if trainer._kvstore is not None and trainer._update_on_kvstore:
+            raise ValueError("this Trainer already updates on the kvstore, where an overflowing "
+                             "step is applied before the check; create it with "
+                             "gluon.Trainer(..., update_on_kvstore=False) before its first step")
+        return
+    if config.get("update_on_kvstore") is True:
+        raise ValueError("the Trainer was created with update_on_kvstore=True: the kvstore would "
+                         "apply overflowing steps before the overflow check; create it with "
+                         "gluon.Trainer(params, optimizer, ..., update_on_kvstore=False)")
+    config["update_on_kvstore"] = False
+
+
+def ready_kvstore(trainer):
+    """Create a distributed Trainer's kvstore before its first push (:func:`init_kvstore`).
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+    """
+    if trainer_is_distributed(trainer) and (not trainer._kv_initialized
+                                             or trainer._params_to_init):
+        init_kvstore(trainer)

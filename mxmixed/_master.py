@@ -132,6 +132,29 @@ def make_master_params(params):
         with ``grad_req='null'``, or one on several contexts.
     RuntimeError
         For an uninitialized parameter.
+
+    Examples
+    --------
+    The mechanism of multi-precision SGD, step by step (MXNet's ``mp_sgd_mom_update`` fuses it):
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> import mxmixed
+    >>> from mxmixed import optim
+    >>> net = gluon.nn.Dense(10, in_units=64)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> params = list(net.collect_params().values())
+    >>> master = optim.make_master_params(params)      # float32 copies of the weights
+    >>> with mxmixed.emulation.emulated():
+    ...     with autograd.record():
+    ...         loss = net(mx.nd.ones((4, 64), dtype="float16")).sum()
+    ...     loss.backward()
+    >>> optim.grads_to_master(params, master)           # float16 grads -> float32
+    >>> optim.sgd_momentum_step(master, lr=0.1)         # update the float32 copies
+    >>> optim.master_to_model(master, params)           # round them into the float16 weights
+    >>> net.weight.data().dtype.__name__, len(master)
+    ('float16', 2)
     """
     items = param_list(params)
     weights = OrderedDict()
@@ -182,6 +205,10 @@ def grads_to_master(params, master):
     master : MasterParams
         From :func:`make_master_params`; its ``grads`` are overwritten.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     ValueError
@@ -192,6 +219,25 @@ def grads_to_master(params, master):
        The gradients are copied as they are, still multiplied by the loss scale: pass
        ``rescale_grad = 1 / (loss_scale * batch_size)`` to :func:`sgd_momentum_step`, as a
        Trainer does. Check them for inf/NaN before stepping when the scale is dynamic.
+
+    Examples
+    --------
+    See :func:`make_master_params` for the whole step.
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> import mxmixed
+    >>> from mxmixed import optim
+    >>> net = gluon.nn.Dense(2, in_units=4)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> params = list(net.collect_params().values())
+    >>> master = optim.make_master_params(params)
+    >>> with mxmixed.emulation.emulated():
+    ...     with autograd.record():
+    ...         loss = net(mx.nd.ones((1, 4), dtype="float16")).sum()
+    ...     loss.backward()
+    >>> optim.grads_to_master(params, master)
     """
     for p in _matched(params, master):
         if p.grad_req == "null":
@@ -214,11 +260,31 @@ def master_to_model(master, params):
     params : mxnet.gluon.ParameterDict or dict or list of mxnet.gluon.Parameter
         The float16 parameters the master copies were made from; overwritten in place.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     ValueError
         When the parameter names or shapes differ from the master's, or a parameter is no
         longer float16.
+
+    Examples
+    --------
+    See :func:`make_master_params` for the whole step.
+
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from mxmixed import optim
+    >>> net = gluon.nn.Dense(2, in_units=4)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> params = list(net.collect_params().values())
+    >>> master = optim.make_master_params(params)
+    >>> optim.master_to_model(master, params)     # float32 masters rounded into the model
+    >>> net.weight.data().dtype.__name__
+    'float16'
     """
     for p in _matched(params, master):
         with autograd.pause():
@@ -270,6 +336,10 @@ def sgd_momentum_step(master, lr, momentum=0.9, wd=0.0, rescale_grad=1.0, clip_g
     clip_gradient : float, optional
         Clip the rescaled gradient to ``[-clip_gradient, clip_gradient]``.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     TypeError
@@ -283,6 +353,26 @@ def sgd_momentum_step(master, lr, momentum=0.9, wd=0.0, rescale_grad=1.0, clip_g
        Every scalar is rounded to float32 first and each product is rounded as the kernel
        rounds it, so the weights equal those of ``mx.nd.mp_sgd_mom_update`` (and of a
        multi-precision SGD Trainer) bit for bit.
+
+    Examples
+    --------
+    See :func:`make_master_params` for the whole step.
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> import mxmixed
+    >>> from mxmixed import optim
+    >>> net = gluon.nn.Dense(2, in_units=4)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> params = list(net.collect_params().values())
+    >>> master = optim.make_master_params(params)
+    >>> with mxmixed.emulation.emulated():
+    ...     with autograd.record():
+    ...         loss = net(mx.nd.ones((1, 4), dtype="float16")).sum()
+    ...     loss.backward()
+    >>> optim.grads_to_master(params, master)
+    >>> optim.sgd_momentum_step(master, lr=0.1, momentum=0.9)
     """
     _check_master(master)
     _check_number("lr", lr, low=0, low_open=True)

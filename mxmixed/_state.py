@@ -60,6 +60,14 @@ def amp_initialized():
     Returns
     -------
     bool
+
+    Examples
+    --------
+    >>> import mxmixed
+    >>> with mxmixed.amp_scope():
+    ...     inside = mxmixed.amp_initialized()
+    >>> inside, mxmixed.amp_initialized()
+    (True, False)
     """
     from mxnet.contrib import amp
     return bool(amp.amp._amp_initialized)

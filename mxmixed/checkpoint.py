@@ -129,6 +129,10 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         Anything picklable that the resume needs, e.g.
         ``{"rng": rng.get_state(), "step": step}``; :func:`load` returns it.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     TypeError
@@ -139,6 +143,21 @@ def save(path, net, trainer=None, scaler=None, extra=None):
     OSError
         When the file cannot be written; an earlier checkpoint at ``path`` is then intact and
         no temporary file is left.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10, in_units=64)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     scaler = mxmixed.init_trainer(trainer, scaler=128)
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.mxmixed")
+    >>> mxmixed.checkpoint.save(path, net, trainer, extra={"epoch": 3})
+    >>> os.path.isfile(path)
+    True
     """
     path = os.fspath(path)
     named = named_params(net)
@@ -230,6 +249,29 @@ def load(path, net, trainer=None, scaler=None):
         (a ValueError) When the file is truncated, corrupt or not a checkpoint, or does not
         fit: the message names the first mismatching parameter (name, expected and found
         shape and dtype) or the missing or extra names.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> def build():
+    ...     with mxmixed.amp_scope():
+    ...         net = gluon.nn.Dense(10, in_units=64)
+    ...         net.initialize()
+    ...         trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...         return net, trainer, mxmixed.init_trainer(trainer)
+    >>> net, trainer, scaler = build()
+    >>> scaler.update(overflow=True)                      # the scale is part of the state
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.mxmixed")
+    >>> mxmixed.checkpoint.save(path, net, trainer, extra={"epoch": 3})
+    >>> net2, trainer2, scaler2 = build()
+    >>> mxmixed.checkpoint.load(path, net2, trainer2)
+    {'epoch': 3}
+    >>> scaler2.loss_scale
+    32768.0
+    >>> bool((net2.weight.data() == net.weight.data()).min())
+    True
     """
     path, members = read_members(path)
     manifest = parse_manifest(path, members)

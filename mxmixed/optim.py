@@ -139,6 +139,18 @@ def multi_precision_trainer(params, optimizer="sgd", optimizer_params=None, kvst
        Under AMP (``mxmixed.init`` / ``amp.init``) the parameters stay float32 (AMP casts per
        op), so ``multi_precision`` changes nothing there: it matters for networks cast with
        ``net.cast('float16')``. A warning says so when no parameter is float16.
+
+    Examples
+    --------
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> net = gluon.nn.Dense(10, in_units=64)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> trainer = mxmixed.optim.multi_precision_trainer(
+    ...     net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    >>> trainer.optimizer.multi_precision
+    True
     """
     items = param_list(params)
     if optimizer_params is not None and not isinstance(optimizer_params, dict):
@@ -201,6 +213,27 @@ def master_weights(trainer):
     RuntimeError
         Before the first ``step`` (MXNet creates the master copies there), or when the
         trainer updates on the kvstore (the states then live in the kvstore).
+
+    Examples
+    --------
+    The float32 master copies appear with the first update:
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> import mxmixed
+    >>> net = gluon.nn.Dense(10, in_units=64)
+    >>> net.initialize()
+    >>> net.cast("float16")
+    >>> trainer = mxmixed.optim.multi_precision_trainer(
+    ...     net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    >>> with mxmixed.emulation.emulated():     # float16 Dense on a CPU
+    ...     with autograd.record():
+    ...         loss = net(mx.nd.ones((4, 64), dtype="float16")).sum()
+    ...     loss.backward()
+    ...     trainer.step(4)
+    >>> masters = mxmixed.optim.master_weights(trainer)
+    >>> sorted(str(w.dtype.__name__) for w in masters.values())
+    ['float32', 'float32']
     """
     if not isinstance(trainer, gluon.Trainer):
         raise TypeError("master_weights needs a gluon.Trainer, got %s" % type(trainer).__name__)

@@ -130,6 +130,24 @@ class LossScaler:
     history_size : int, default 10000
         How many steps :attr:`history` keeps.
 
+
+    Examples
+    --------
+    >>> from mxmixed import LossScaler
+    >>> scaler = LossScaler(init_scale=1024, growth_interval=2)
+    >>> scaler.update(overflow=True)          # a skipped step: the scale halves
+    >>> scaler.loss_scale, scaler.skipped_steps
+    (512.0, 1)
+    >>> scaler.update(overflow=False)
+    >>> scaler.update(overflow=False)         # 2 clean steps: it doubles again
+    >>> scaler.loss_scale
+    1024.0
+    >>> restored = LossScaler()
+    >>> restored.load_state_dict(scaler.state_dict())
+    >>> restored.loss_scale, restored.skipped_steps
+    (1024.0, 1)
+    >>> LossScaler.static(128).loss_scale
+    128.0
     """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,

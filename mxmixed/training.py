@@ -23,31 +23,13 @@ from ._amp import EMULATION_HINT, amp_scope, amp_target, init
 from ._finite import param_grads
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of)
-from ._kvstore import init_kvstore, kvstore_name, trainer_is_distributed
+from ._kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
+                       trainer_is_distributed)
 from ._state import amp_initialized, gpu_visible
 from .scaler import LossScaler
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
-
-
-def _ensure_local_updates(trainer):
-    config = trainer._kvstore_params
-    name = kvstore_name(config.get("kvstore"))
-    if "async" in name:
-        raise ValueError("kvstore '%s' updates on the server, before any overflow check; loss "
-                         "scaling needs a synchronous kvstore with update_on_kvstore=False" % name)
-    if trainer._kv_initialized:
-        if trainer._kvstore is not None and trainer._update_on_kvstore:
-            raise ValueError("this Trainer already updates on the kvstore, where an overflowing "
-                             "step is applied before the check; create it with "
-                             "gluon.Trainer(..., update_on_kvstore=False) before its first step")
-        return
-    if config.get("update_on_kvstore") is True:
-        raise ValueError("the Trainer was created with update_on_kvstore=True: the kvstore would "
-                         "apply overflowing steps before the overflow check; create it with "
-                         "gluon.Trainer(params, optimizer, ..., update_on_kvstore=False)")
-    config["update_on_kvstore"] = False
 
 
 def _make_scaler(scaler):
@@ -128,6 +110,23 @@ def init_trainer(trainer, scaler="dynamic", replace=False):
     UserWarning
         For float16 parameters without ``multi_precision`` (small updates are lost), and for
         AMP on a CPU without the emulation (float16 GEMMs fail).
+
+    Examples
+    --------
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     scaler = mxmixed.init_trainer(trainer)             # dynamic loss scaling
+    ...     static = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     mxmixed.init_trainer(static, scaler=128).loss_scale   # a static scale
+    128.0
+    >>> scaler.loss_scale
+    65536.0
+    >>> mxmixed.loss_scaler(trainer) is scaler
+    True
     """
     if isinstance(trainer, mx.optimizer.Optimizer):
         raise TypeError("init_trainer needs a gluon.Trainer, got an Optimizer (%s); wrap it: "
@@ -140,7 +139,7 @@ def init_trainer(trainer, scaler="dynamic", replace=False):
         raise ValueError("nothing to scale: the Trainer's parameters are all float32 and AMP is "
                          "not initialized; call mxmixed.init() (or use amp_scope) before building "
                          "the net, or cast it with net.cast('float16')")
-    _ensure_local_updates(trainer)
+    ensure_local_updates(trainer)
     scaler = _make_scaler(scaler)
     if attached_elsewhere(scaler, trainer):
         raise ValueError("this LossScaler is already attached to another Trainer; give each "
@@ -167,6 +166,22 @@ def loss_scaler(trainer):
     Returns
     -------
     LossScaler
+
+    Examples
+    --------
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     scaler = mxmixed.init_trainer(trainer, scaler=128)
+    >>> mxmixed.loss_scaler(trainer) is scaler
+    True
+    >>> mxmixed.loss_scaler(gluon.Trainer(net.collect_params(), "sgd"))
+    Traceback (most recent call last):
+        ...
+    ValueError: this Trainer has no mxmixed LossScaler; ...
     """
     handle = handle_of(trainer)
     if handle is None or handle.scaler is None:
@@ -193,6 +208,31 @@ def scale_loss(loss, trainer):
     ------
     NDArray or list of NDArray
         The scaled loss(es), to call ``backward`` on.
+
+    Examples
+    --------
+    One training step with AMP on a batch of the digits that ship with scikit-learn:
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> from sklearn.datasets import load_digits
+    >>> import mxmixed
+    >>> digits = load_digits()
+    >>> X, y = mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32])
+    >>> loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10)
+    ...     net.initialize()
+    ...     net.hybridize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     scaler = mxmixed.init_trainer(trainer, scaler=128)
+    ...     with autograd.record():
+    ...         loss = loss_fn(net(X), y)
+    ...         with mxmixed.scale_loss(loss, trainer) as scaled:   # loss * 128
+    ...             scaled.backward()
+    ...     applied = mxmixed.step(trainer, X.shape[0])            # grads / 128, then update
+    >>> applied
+    True
     """
     scale = loss_scaler(trainer).loss_scale
     handle_of(trainer).begin_step(grad_scale=scale)
@@ -207,12 +247,6 @@ def _reduces(trainer):
     return len(trainer._contexts) > 1 or trainer_is_distributed(trainer)
 
 
-def _ready_kvstore(trainer):
-    if trainer_is_distributed(trainer) and (not trainer._kv_initialized
-                                             or trainer._params_to_init):
-        init_kvstore(trainer)
-
-
 def unscale(trainer):
     """Divide the gradients by the loss scale in place, so they can be inspected.
 
@@ -224,6 +258,32 @@ def unscale(trainer):
     Parameters
     ----------
     trainer : mxnet.gluon.Trainer
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> from sklearn.datasets import load_digits
+    >>> import mxmixed
+    >>> digits = load_digits()
+    >>> X, y = mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32])
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     _ = mxmixed.init_trainer(trainer, scaler=128)
+    ...     with autograd.record():
+    ...         loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(X), y)
+    ...         with mxmixed.scale_loss(loss, trainer) as scaled:
+    ...             scaled.backward()
+    ...     scaled_grad = net.weight.grad().copy()
+    ...     mxmixed.unscale(trainer)                  # now the true gradients
+    >>> bool(mx.nd.abs(scaled_grad / 128 - net.weight.grad()).max() < 1e-6)
+    True
     """
     loss_scaler(trainer)
     handle = handle_of(trainer)
@@ -282,13 +342,35 @@ def clip_global_norm(trainer, max_norm):
     -------
     float
         The true global norm before clipping (inf or nan on an overflowing step).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> from sklearn.datasets import load_digits
+    >>> import mxmixed
+    >>> digits = load_digits()
+    >>> X, y = mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32])
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(10)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     _ = mxmixed.init_trainer(trainer, scaler=1024)
+    ...     with autograd.record():
+    ...         loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(X), y)
+    ...         with mxmixed.scale_loss(loss, trainer) as scaled:
+    ...             scaled.backward()
+    ...     norm = mxmixed.clip_global_norm(trainer, max_norm=0.1)   # the unscaled norm
+    ...     applied = mxmixed.step(trainer, X.shape[0])
+    >>> 0.1 < norm < 1000, applied
+    (True, True)
     """
     if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
         raise ValueError("max_norm must be positive and finite, got %r" % (max_norm,))
     handle = handle_of(trainer) or attach(trainer, None)
     reduced = _reduces(trainer)
     if reduced and not handle.reduced:
-        _ready_kvstore(trainer)
+        ready_kvstore(trainer)
         trainer.allreduce_grads()
         handle.reduced = True
     total = _sum_of_squares(param_grads(trainer._params, first_copy_only=reduced))
@@ -317,13 +399,33 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     -------
     bool
         True when the parameters were updated, False when the step was skipped on overflow.
+
+    Examples
+    --------
+    A step whose gradients overflow is skipped, and the dynamic scale backs off:
+
+    >>> import mxnet as mx
+    >>> from mxnet import autograd, gluon
+    >>> import mxmixed
+    >>> with mxmixed.amp_scope():
+    ...     net = gluon.nn.Dense(2)
+    ...     net.initialize()
+    ...     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    ...     scaler = mxmixed.init_trainer(trainer)
+    ...     X = mx.nd.array([[1.0, float("inf")]])       # an inf in the data
+    ...     with autograd.record():
+    ...         with mxmixed.scale_loss(net(X).sum(), trainer) as scaled:
+    ...             scaled.backward()
+    ...     applied = mxmixed.step(trainer, 1)
+    >>> applied, scaler.skipped_steps
+    (False, 1)
     """
     handle = handle_of(trainer)
     if handle is not None and handle.reduced:
         handle.reduced = False
         trainer.update(batch_size, ignore_stale_grad=ignore_stale_grad)
     else:
-        _ready_kvstore(trainer)
+        ready_kvstore(trainer)
         trainer.step(batch_size, ignore_stale_grad=ignore_stale_grad)
     return not (handle is not None and handle.scaler is not None
                 and handle.scaler.last_step_skipped)

@@ -127,6 +127,14 @@ def float16_shares(values, scale=1.0, name=""):
     Returns
     -------
     RangeShares
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mxmixed import diagnostics
+    >>> shares = diagnostics.float16_shares(np.array([1e-9, 1e-6, 1.0, 1e5]))
+    >>> shares.underflow, shares.subnormal, shares.normal, shares.overflow
+    (0.25, 0.25, 0.25, 0.25)
     """
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError("scale must be positive and finite, got %r" % (scale,))

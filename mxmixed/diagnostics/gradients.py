@@ -207,6 +207,21 @@ def gradient_stats(gradients, scale=1.0, **collect_kwargs):
     Returns
     -------
     GradientStats
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from sklearn.datasets import load_digits
+    >>> from mxmixed import diagnostics
+    >>> digits = load_digits()
+    >>> batch = (mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32]))
+    >>> net = gluon.nn.Dense(10)
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> stats = diagnostics.gradient_stats(net, batch=batch)
+    >>> isinstance(stats, diagnostics.GradientStats)
+    True
     """
     if isinstance(gradients, gluon.Block):
         gradients = collect_gradients(gradients, **collect_kwargs)
@@ -338,6 +353,21 @@ def recommend_loss_scale(net, batches, loss_fn=None, headroom=8.0, max_scale=2.0
        Gradients are those of the summed per-sample losses (what ``loss.backward()`` computes
        in Gluon before ``trainer.step(batch_size)`` divides), so the scale depends on the batch
        size: measure with the batch size you train with.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from sklearn.datasets import load_digits
+    >>> from mxmixed import diagnostics
+    >>> digits = load_digits()
+    >>> batch = (mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32]))
+    >>> net = gluon.nn.Dense(10)
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> advice = diagnostics.recommend_loss_scale(net, [batch])
+    >>> 1 <= advice.scale <= 2 ** 24
+    True
     """
     if not (math.isfinite(headroom) and headroom >= 1):
         raise ValueError("headroom must be a finite number >= 1, got %r" % (headroom,))

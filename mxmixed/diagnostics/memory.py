@@ -249,6 +249,17 @@ def memory_report(net, input_shape, dtype="float32", optimizer_states=1):
         For a plain ``gluon.Block`` or anything else.
     ValueError
         For an input shape that does not fit the model.
+
+    Examples
+    --------
+    >>> from mxnet import gluon
+    >>> from mxmixed import diagnostics
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(256, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> report = diagnostics.memory_report(net, (32, 64))
+    >>> isinstance(report, diagnostics.MemoryReport)
+    True
     """
     if isinstance(optimizer_states, bool) or not isinstance(optimizer_states, (int, np.integer)) \
             or optimizer_states < 0:

@@ -257,6 +257,22 @@ def find_overflow(net, batch, loss_fn=None, scale=1.0, precision="auto", fp32_op
     .. note::
        The net is not changed: the pass runs in an executor of its own on copies of the
        parameters and BatchNorm statistics.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from sklearn.datasets import load_digits
+    >>> from mxmixed import diagnostics
+    >>> digits = load_digits()
+    >>> batch = (mx.nd.array(digits.data[:32] / 16), mx.nd.array(digits.target[:32]))
+    >>> net = gluon.nn.Dense(10)
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> bool(diagnostics.find_overflow(net, batch))          # nothing overflows at scale 1
+    False
+    >>> bool(diagnostics.find_overflow(net, batch, scale=1e9))  # the loss scale overflows
+    True
     """
     check_block(net, "find_overflow", for_symbols="find_overflow_symbol")
     scale = _check_scale(scale)

@@ -176,6 +176,17 @@ def tensor_core_audit(net, input_shape, multiple=8):
         For a plain ``gluon.Block`` or anything else.
     ValueError
         For an input shape that does not fit the model.
+
+    Examples
+    --------
+    >>> from mxnet import gluon
+    >>> from mxmixed import diagnostics
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(30, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> audit = diagnostics.tensor_core_audit(net, (32, 64))
+    >>> len(audit.findings) > 0                  # 30 and 10 units are not multiples of 8
+    True
     """
     if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or multiple < 2:
         raise ValueError("multiple must be an integer >= 2, got %r" % (multiple,))

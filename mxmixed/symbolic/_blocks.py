@@ -48,6 +48,27 @@ def load_float16(prefix, epoch=0, ctx=None):
     .. note::
        On a CPU the block's graph holds the emulation casts; export the converted checkpoint
        itself, not this block, to deploy on a GPU.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> _ = symbolic.convert(*mx.model.load_checkpoint(prefix, 0)).save(prefix + "-fp16", 0)
+    >>> block = symbolic.load_float16(prefix + "-fp16", 0)
+    >>> with mxmixed.emulation.emulated():              # float16 Dense on a CPU
+    ...     out = block(mx.nd.ones((2, 64)))
+    >>> out.shape, out.dtype.__name__                  # the output stays float32
+    ((2, 10), 'float32')
     """
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     return _symbol_block(sym, arg_params, aux_params, _default_ctx(ctx))
@@ -120,6 +141,21 @@ def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclud
     -------
     mxnet.gluon.SymbolBlock or (SymbolBlock, ConversionReport)
         Emulated on a CPU, native on a GPU.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> import mxmixed
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> block = symbolic.convert_hybrid_block(net, inputs=mx.nd.ones((1, 64)))
+    >>> with mxmixed.emulation.emulated():
+    ...     out = block(mx.nd.ones((2, 64)))
+    >>> out.shape
+    (2, 10)
     """
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)

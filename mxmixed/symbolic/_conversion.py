@@ -186,6 +186,30 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
        excluded branch of a ``Concat`` or an add, an op in none of its lists), the inputs are
        cast to one dtype: float32 for most ops (reason ``'inputs must share a dtype'``),
        float16 for Convolution-like ops. The report's notes say when this happened.
+
+    Examples
+    --------
+    Convert a float32 checkpoint (here exported from a small Gluon net):
+
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
+    >>> model = symbolic.convert(sym, args, auxs)
+    >>> sorted({str(v.dtype.__name__) for v in model.arg_params.values()})
+    ['float16']
+    >>> round(model.report.size_ratio, 2)
+    0.5
+    >>> model.save(prefix + "-fp16", 0)      # writes both files or neither
+    ('...digits-fp16-symbol.json', '...digits-fp16-0000.params')
     """
     start = time.perf_counter()
     target = _check_target(target_dtype)

@@ -145,6 +145,26 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
        the error worse, which holds for overflow; the pruning keeps the set small when it
        does not hold exactly. When the calibration activations underflow float16 (all below
        6.1e-5), the result model's report carries a note.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from sklearn.datasets import load_digits
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
+    >>> result = symbolic.search_fp32_layers(sym, args, auxs, load_digits().data[:32] / 16,
+    ...                                      tolerance=0.01, progress=False)
+    >>> result.layers                          # nothing needs to stay float32 here
+    []
     """
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))

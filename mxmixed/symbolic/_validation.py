@@ -214,6 +214,28 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     Returns
     -------
     ValidationReport
+
+    Examples
+    --------
+    Compare the float16 model with the float32 one on the digits:
+
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from sklearn.datasets import load_digits
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> fp32 = mx.model.load_checkpoint(prefix, 0)
+    >>> fp16 = symbolic.convert(*fp32)
+    >>> report = symbolic.validate(fp32, fp16, load_digits().data[:64] / 16, progress=False)
+    >>> report.top1_agreement > 0.9, report.max_rel_error < 0.01
+    (True, True)
     """
     if batch_size < 1:
         raise ConversionError("batch_size must be at least 1, got %r" % (batch_size,))
