@@ -44,6 +44,8 @@ SUITES = [
      "wall time of the tutorial suite, relative to a reference workload"),
     ("zoo", "zoo.py", [], ["--quick"],
      "gluoncv zoo: convert, validate (detections by IoU), search evaluations, onnx peer"),
+    ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "3"], ["--rounds", "2", "--steps", "2"],
+     "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
      "GPU images/s: float32 vs AMP vs cast('float16') + multi-precision (untested here)"),
 ]
@@ -64,6 +66,9 @@ HOW = {
                  "summed over the notebooks",
     "zoo": "one fresh process per model; convert and search timed once, inference the median "
            "of 3 after a warm-up; random fan-in init; CPU emulation of float16",
+    "ssd_step": "two persistent worker processes per comparison time blocks of steps in "
+                "alternation; ratio per round; median and min-max over the rounds; the time "
+                "split from one mx.profiler pass (aggregate stats, bulk execution off)",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
                       "of steps in alternation per batch size; images/s and speed-up over "
                       "float32 per round; peak memory from nvidia-smi per process",
@@ -144,6 +149,22 @@ def figures(suite, raw):
                                 base, r["baseline_s_per_step"], variant, r["variant_s_per_step"]),
                             goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
                                 r["rounds"], r["steps_per_round"])))
+    elif suite == "ssd_step":
+        for r in raw:
+            if "ratio_median" in r:
+                out.append(_fig(suite, r["workload"], r["figure"], r["ratio_median"], "x",
+                                r["ratio_min"], r["ratio_max"], "%.4f s/step vs %.4f s/step" % (
+                                    r["variant_s_per_step"], r["baseline_s_per_step"]),
+                                goal=r.get("goal"), repetitions="%d rounds x %d steps" % (
+                                    r["rounds"], r["steps_per_round"])))
+            elif "cast_share" in r:
+                out.append(_fig(suite, r["workload"], "share of operator time: AMP overflow "
+                                "check / casts", "%.0f%% / %.0f%%" % (
+                                    100 * r["overflow_check_share"], 100 * r["cast_share"]),
+                                "share", absolute="%.0f ms of operator time per step; top: %s" % (
+                                    r["op_ms_per_step"], ", ".join(
+                                        "%s %.0f%%" % (t["op"], 100 * t["share"])
+                                        for t in r["top_ops"][:4]))))
     elif suite == "convert":
         # convert.py times no baseline side by side, so its times are given next to the
         # size ratio (exact) and the validation's top-1 agreement, not as figures of their own.
