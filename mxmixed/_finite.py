@@ -5,11 +5,14 @@ Only MXNet and NumPy here, so the training layer and the diagnostics can both us
 (:func:`mxmixed.diagnostics.nonfinite_gradients` is this module's function).
 """
 import mxnet as mx
+import numpy as np
 from mxnet import autograd
 
-__all__ = ["all_finite", "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
+__all__ = ["all_finite", "fast_check_applies", "sums_finite", "exact_all_finite", "param_grads",
+           "nonfinite_gradients", "NonfiniteGradients"]
 
-_CHUNK = 200  # arrays per multi_all_finite call, as MXNet's own scaler does
+_CHUNK = 200  # arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does
+_SUMMED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def param_grads(params, first_copy_only=False):
@@ -31,7 +34,14 @@ def param_grads(params, first_copy_only=False):
 
 
 def all_finite(grads):
-    """Whether every element of every array is finite: one pass per dtype and device, one sync.
+    """Whether every element of every array is finite: one sum of squares per dtype, one sync.
+
+    On CPU contexts the arrays' float32 sums of squares come first (``multi_sum_sq``; float16
+    arrays are cast to float32 before, since MXNet squares float16 in float16). A finite sum
+    proves every element finite; only when a sum is not finite (an inf or NaN, or the square
+    of a float32 beyond about 1.8e19 overflowing) does MXNet's exact ``multi_all_finite`` run,
+    which on a CPU is 20-100 times slower. GPU arrays go to ``multi_all_finite`` directly. The
+    decision is always the exact check's.
 
     Parameters
     ----------
@@ -45,12 +55,80 @@ def all_finite(grads):
     if not grads:
         return True
     groups = {}
-    for grad in grads:  # multi_all_finite needs one dtype
+    for grad in grads:  # multi_all_finite and multi_sum_sq need one dtype
         groups.setdefault((grad.dtype, grad.context), []).append(grad)
     with autograd.pause():
-        flags = []
-        for (_, ctx), group in groups.items():
-            ok = mx.nd.ones((1,), ctx=ctx)
+        fast = [key for key in groups if fast_check_applies(*key)]
+        finite = sums_finite([groups[key] for key in fast]) if fast else []
+        exact = [group for key, group in groups.items()
+                 if key not in fast or not finite[fast.index(key)]]
+        return not exact or exact_all_finite(exact)
+
+
+def fast_check_applies(dtype, ctx):
+    """Whether the sum-of-squares check serves arrays of this dtype on this context.
+
+    Parameters
+    ----------
+    dtype : numpy dtype or type
+    ctx : mxnet.Context
+
+    Returns
+    -------
+    bool
+        True for float16, float32 and float64 arrays on a CPU context.
+    """
+    return ctx.device_type == "cpu" and np.dtype(dtype) in _SUMMED
+
+
+def sums_finite(groups):
+    """Per group, whether the float32 sums of squares of its arrays are all finite.
+
+    True proves every element finite. False means an element is inf or NaN, or a float32
+    (float64) square or sum overflowed float32: the exact check must decide.
+
+    Parameters
+    ----------
+    groups : list of list of mxnet.nd.NDArray
+        Each group of one dtype (float16, float32 or float64) and one CPU context.
+
+    Returns
+    -------
+    list of bool
+        One flag per group, after one synchronisation.
+    """
+    sums, owners = [], []
+    with autograd.pause():
+        for n, group in enumerate(groups):
+            if group[0].dtype == np.float16:  # MXNet squares float16 in float16 (inf above 256)
+                group = [g.astype("float32") for g in group]
+            for start in range(0, len(group), _CHUNK):
+                chunk = group[start:start + _CHUNK]
+                sums.append(mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)))
+                owners += [n] * len(chunk)
+        values = np.isfinite(np.concatenate([s.asnumpy() for s in sums]))  # one wait
+    finite = [True] * len(groups)
+    for n, ok in zip(owners, values):
+        finite[n] = finite[n] and bool(ok)
+    return finite
+
+
+def exact_all_finite(groups):
+    """MXNet's exact check, ``multi_all_finite``, over groups of one dtype and context each.
+
+    Parameters
+    ----------
+    groups : list of list of mxnet.nd.NDArray
+
+    Returns
+    -------
+    bool
+        Whether every element is finite, after one synchronisation.
+    """
+    flags = []
+    with autograd.pause():
+        for group in groups:
+            ok = mx.nd.ones((1,), ctx=group[0].context)
             for start in range(0, len(group), _CHUNK):
                 chunk = group[start:start + _CHUNK]
                 mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
