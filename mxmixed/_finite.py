@@ -8,8 +8,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-__all__ = ["all_finite", "fast_check_applies", "sums_finite", "exact_all_finite", "param_grads",
-           "nonfinite_gradients", "NonfiniteGradients"]
+__all__ = ["all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
+           "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
 
 _CHUNK = 200  # arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does
 _SUMMED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -34,14 +34,16 @@ def param_grads(params, first_copy_only=False):
 
 
 def all_finite(grads):
-    """Whether every element of every array is finite: one sum of squares per dtype, one sync.
+    """Whether every element of every array is finite: exact, and fast on a CPU.
 
-    On CPU contexts the arrays' float32 sums of squares come first (``multi_sum_sq``; float16
-    arrays are cast to float32 before, since MXNet squares float16 in float16). A finite sum
-    proves every element finite; only when a sum is not finite (an inf or NaN, or the square
-    of a float32 beyond about 1.8e19 overflowing) does MXNet's exact ``multi_all_finite`` run,
-    which on a CPU is 20-100 times slower. GPU arrays go to ``multi_all_finite`` directly. The
-    decision is always the exact check's.
+    On CPU contexts the arrays' float32 sums of squares come first, in one ``multi_sum_sq``
+    per dtype (float16 arrays cast to float32 before: MXNet squares float16 in float16). A
+    finite sum proves its array finite. Only an array whose sum is not finite (it holds an inf
+    or NaN, or the square of a float32 beyond about 1.8e19 overflowed) goes to MXNet's exact test,
+    ``all_finite``, the one-array form of ``multi_all_finite`` with the same per-element test.
+    MXNet 1.9.1's CPU ``multi_all_finite``, which its own loss scaler uses, is 20-100 times
+    slower than one pass over the data. GPU arrays (and any other dtype) go to
+    ``multi_all_finite`` as before.
 
     Parameters
     ----------
@@ -54,15 +56,22 @@ def all_finite(grads):
     """
     if not grads:
         return True
-    groups = {}
-    for grad in grads:  # multi_all_finite and multi_sum_sq need one dtype
-        groups.setdefault((grad.dtype, grad.context), []).append(grad)
+    summed = [g for g in grads if fast_check_applies(g.dtype, g.context)]
+    others = [g for g in grads if not fast_check_applies(g.dtype, g.context)]
     with autograd.pause():
-        fast = [key for key in groups if fast_check_applies(*key)]
-        finite = sums_finite([groups[key] for key in fast]) if fast else []
-        exact = [group for key, group in groups.items()
-                 if key not in fast or not finite[fast.index(key)]]
-        return not exact or exact_all_finite(exact)
+        if others and not exact_all_finite(_grouped(others).values()):
+            return False
+        suspects = nonfinite_sums(summed) if summed else []
+        return not suspects or each_finite(suspects)
+
+
+def _grouped(arrays, cast=False):
+    groups = {}
+    for array in arrays:  # multi_all_finite and multi_sum_sq need one dtype and device
+        dtype = np.dtype(array.dtype)
+        key = (np.dtype(np.float32) if cast and dtype == np.float16 else dtype, array.context)
+        groups.setdefault(key, []).append(array)
+    return groups
 
 
 def fast_check_applies(dtype, ctx):
@@ -81,36 +90,54 @@ def fast_check_applies(dtype, ctx):
     return ctx.device_type == "cpu" and np.dtype(dtype) in _SUMMED
 
 
-def sums_finite(groups):
-    """Per group, whether the float32 sums of squares of its arrays are all finite.
+def nonfinite_sums(arrays):
+    """The arrays whose float32 sum of squares is not finite; every other one is finite.
 
-    True proves every element finite. False means an element is inf or NaN, or a float32
-    (float64) square or sum overflowed float32: the exact check must decide.
+    An array left out holds no inf or NaN. One returned may still be finite: a float32 (or
+    float64) square or the sum overflowed float32.
 
     Parameters
     ----------
-    groups : list of list of mxnet.nd.NDArray
-        Each group of one dtype (float16, float32 or float64) and one CPU context.
+    arrays : list of mxnet.nd.NDArray
+        float16, float32 or float64 arrays on CPU contexts.
 
     Returns
     -------
-    list of bool
-        One flag per group, after one synchronisation.
+    list of mxnet.nd.NDArray
+        After one synchronisation.
     """
-    sums, owners = [], []
+    sums, order = [], []
     with autograd.pause():
-        for n, group in enumerate(groups):
-            if group[0].dtype == np.float16:  # MXNet squares float16 in float16 (inf above 256)
-                group = [g.astype("float32") for g in group]
+        for (dtype, _), group in _grouped(arrays, cast=True).items():
+            summed = [g.astype("float32") if g.dtype == np.float16 else g for g in group]
             for start in range(0, len(group), _CHUNK):
-                chunk = group[start:start + _CHUNK]
+                chunk = summed[start:start + _CHUNK]
                 sums.append(mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)))
-                owners += [n] * len(chunk)
-        values = np.isfinite(np.concatenate([s.asnumpy() for s in sums]))  # one wait
-    finite = [True] * len(groups)
-    for n, ok in zip(owners, values):
-        finite[n] = finite[n] and bool(ok)
-    return finite
+                order += group[start:start + _CHUNK]
+        finite = np.isfinite(np.concatenate([s.asnumpy() for s in sums]))  # one wait
+    return [array for array, ok in zip(order, finite) if not ok]
+
+
+def each_finite(arrays):
+    """MXNet's exact test, one ``all_finite`` per array (fast on a CPU), into one flag per device.
+
+    Parameters
+    ----------
+    arrays : list of mxnet.nd.NDArray
+
+    Returns
+    -------
+    bool
+        Whether every element is finite, after one synchronisation.
+    """
+    flags = {}
+    with autograd.pause():
+        for array in arrays:
+            ok = flags.get(array.context)
+            if ok is None:
+                ok = flags[array.context] = mx.nd.ones((1,), ctx=array.context)
+            mx.nd.all_finite(array, init_output=False, out=ok)
+        return all(bool(flag.asscalar()) for flag in flags.values())
 
 
 def exact_all_finite(groups):
@@ -118,7 +145,7 @@ def exact_all_finite(groups):
 
     Parameters
     ----------
-    groups : list of list of mxnet.nd.NDArray
+    groups : iterable of list of mxnet.nd.NDArray
 
     Returns
     -------

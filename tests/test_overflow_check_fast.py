@@ -1,5 +1,6 @@
-"""The overflow check is exact but fast on a CPU: a float32 sum of squares first, MXNet's
-``multi_all_finite`` only when a sum is not finite; the decision is always the exact one."""
+"""The overflow check is exact but fast on a CPU: float32 sums of squares first, MXNet's exact
+per-element test only for the arrays whose sum is not finite; the decision is always the exact
+one (MXNet's ``multi_all_finite``'s)."""
 import mxnet as mx
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
 from conftest import run_python
 from mxmixed import emulation
-from mxmixed._finite import all_finite, exact_all_finite, sums_finite
+from mxmixed._finite import all_finite, each_finite, exact_all_finite, nonfinite_sums
 from mxmixed.emulation._overflow import REAL_HAS_OVERFLOW, has_overflow
 
 INF, NAN = float("inf"), float("nan")
@@ -78,31 +79,41 @@ def test_float16_is_summed_in_float32_so_large_finite_values_take_the_fast_path(
     # MXNet's multi_sum_sq squares float16 in float16: 300 ** 2 is inf there
     big = mx.nd.array([300.0, 65504.0], dtype="float16")
     assert not np.isfinite(mx.nd.multi_sum_sq(big, num_arrays=1).asnumpy()).all()
-    assert sums_finite([[big]]) == [True]
-    assert sums_finite([[mx.nd.array([1e30], dtype="float32")]]) == [False]
+    assert nonfinite_sums([big]) == []
+    huge = mx.nd.array([1e30], dtype="float32")
+    assert nonfinite_sums([big, huge]) == [huge]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_one_array_all_finite_tests_elements_as_multi_all_finite(dtype):
+    values = [INF, -INF, NAN, 1e30, 3.4e38, 65504.0, 1e200, 1e-40, 0.0, -0.0, 1.0]
+    with np.errstate(all="ignore"):
+        arrays = [mx.nd.array(np.array([1.0, v]).astype(dtype), dtype=dtype) for v in values]
+    for array in arrays:
+        assert each_finite([array]) == exact_all_finite([[array]])
 
 
 @pytest.fixture
 def counted_exact_check(monkeypatch):
-    calls = []
-    real = mx.nd.multi_all_finite
+    calls = {"multi_all_finite": 0, "all_finite": 0}
+    for name in calls:
+        real = getattr(mx.nd, name)
 
-    def counting(*args, **kwargs):
-        calls.append(len(args))
-        return real(*args, **kwargs)
+        def counting(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(mx.nd, "multi_all_finite", counting)
+        monkeypatch.setattr(mx.nd, name, counting)
     return calls
 
 
-def test_finite_gradients_skip_the_exact_check_and_overflows_run_it(counted_exact_check):
+def test_only_arrays_with_a_nonfinite_sum_get_the_exact_test(counted_exact_check):
     assert all_finite(_arrays(([65504.0], "float16"), (50, "float32"), ([3e18], "float32")))
-    assert counted_exact_check == []  # the finite sums decided
-    assert all_finite(_arrays(([1e30], "float32")))
-    assert counted_exact_check == [1]  # a square overflowed: MXNet's exact check decided
-    del counted_exact_check[:]
-    assert not all_finite(CASES["float32 inf"]())
-    assert counted_exact_check  # a non-finite sum: MXNet's exact check decided
+    assert counted_exact_check == {"multi_all_finite": 0, "all_finite": 0}  # the sums decided
+    assert all_finite(_arrays((50, "float32"), ([1e30], "float32"), (50, "float32")))
+    assert counted_exact_check == {"multi_all_finite": 0, "all_finite": 1}  # the 1e30 array
+    assert not all_finite(_arrays((50, "float16"), ([INF], "float32"), ([NAN], "float16")))
+    assert counted_exact_check == {"multi_all_finite": 0, "all_finite": 3}
 
 
 class _Param:
@@ -163,13 +174,11 @@ from mxmixed.emulation._overflow import has_overflow
 emulation.enable(); amp.init()
 assert LossScaler.has_overflow is has_overflow
 calls = []
-real = mx.nd.multi_all_finite
+real = mx.nd.all_finite
 def counting(*args, **kwargs):
     calls.append(1)
     return real(*args, **kwargs)
-mx.nd.multi_all_finite = counting
-import mxnet.contrib.amp.loss_scaler as ls
-ls.multi_all_finite = counting
+mx.nd.all_finite = counting
 net = gluon.nn.HybridSequential()
 net.add(gluon.nn.Dense(8, in_units=4, activation="relu"), gluon.nn.Dense(2, in_units=8))
 net.initialize(mx.init.Xavier())
@@ -200,5 +209,5 @@ def test_plain_amp_trainer_under_emulation_still_skips_a_planted_inf_step():
     proc = run_python(SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
-    assert lines["CLEAN"] == "(True, 1.0) 0"  # updated, no exact check needed
-    assert lines["INF"] == "(False, 0.5) 1"  # skipped, scale halved, MXNet's check decided
+    assert lines["CLEAN"] == "(True, 1.0) 0"  # updated; the sums decided, no exact test ran
+    assert lines["INF"] == "(False, 0.5) 4"  # skipped, scale halved; MXNet's exact test decided

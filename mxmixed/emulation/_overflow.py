@@ -4,16 +4,18 @@ MXNet 1.9.1's ``LossScaler.has_overflow`` checks the gradients with ``multi_all_
 CPU kernel is 20-100 times slower than one pass over the data (it copies its parameter block
 of 200 pointers for every element). On an emulated CPU step it takes about half the operator
 time. While emulation is on, ``LossScaler.has_overflow`` is :func:`has_overflow`: the float32
-sums of squares of the gradients first (one ``multi_sum_sq``, one sync); when all are finite
-no element can be inf or NaN and the step goes on without MXNet's check. Otherwise, and for
-anything but one float dtype on one CPU context (GPU arrays, mixed dtypes, no gradients),
-MXNet's own method runs, so the decision and the scale's bookkeeping are always MXNet's.
+sums of squares of the gradients first (one ``multi_sum_sq``, one sync). A finite sum proves
+its array finite; only the arrays with a non-finite sum get MXNet's exact per-element test
+(``all_finite``, the one-array form of ``multi_all_finite``). The scale's bookkeeping is
+MXNet 1.9.1's. Anything but one float dtype on one CPU context (GPU arrays, mixed dtypes, no
+gradients) goes to MXNet's own method, so its failures stay MXNet's too.
 """
 import logging
 
+from mxnet import autograd
 from mxnet.contrib.amp.loss_scaler import LossScaler
 
-from .._finite import fast_check_applies, sums_finite
+from .._finite import each_finite, fast_check_applies, nonfinite_sums
 
 __all__ = ["REAL_HAS_OVERFLOW", "has_overflow", "install_overflow_check"]
 
@@ -40,16 +42,24 @@ def has_overflow(self, params):
         Whether the gradients hold inf or NaN (the step is then skipped).
     """
     grads = [p._grad[0] for p in params if p._grad is not None]
-    if not grads or not _summable(grads) or not sums_finite([grads])[0]:
+    if not grads or not _summable(grads):
         return REAL_HAS_OVERFLOW(self, params)
-    # MXNet 1.9.1's bookkeeping for a step without overflow, as in LossScaler.has_overflow
+    with autograd.pause():
+        suspects = nonfinite_sums(grads)
+        overflow = bool(suspects) and not each_finite(suspects)
+    # MXNet 1.9.1's bookkeeping, as in LossScaler.has_overflow
     self._loss_scale = self._next_loss_scale
-    self._unskipped += 1
+    if overflow:
+        self._next_loss_scale = self._loss_scale / 2.
+        self._unskipped = 0
+        logging.info("AMP: decreasing loss scale to %f", self._next_loss_scale)
+    else:
+        self._unskipped += 1
     if self._unskipped == self._scale_seq_len:
         self._unskipped = 0
         self._next_loss_scale = min(self._max_loss_scale, self._loss_scale * 2.)
         logging.info("AMP: increasing loss scale to %f", self._next_loss_scale)
-    return False
+    return overflow
 
 
 def install_overflow_check():
