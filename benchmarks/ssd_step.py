@@ -6,20 +6,23 @@ as gluon-cv's ``train_ssd.py --amp`` runs it. Goal for the emulation as a whole:
 
 Side by side, in persistent worker processes (``_workers.compare``):
 
-- emulated AMP / float32, oneDNN on (MXNet's default CPU build);
+- emulated AMP / float32, oneDNN on (MXNet's default CPU build). The emulation checks for
+  overflow with one ``multi_sum_sq`` (float32 sums of squares; MXNet's ``multi_all_finite``
+  runs only when a sum is not finite, so the skips are MXNet's), see
+  ``mxmixed/emulation/_overflow.py``;
 - emulated AMP / float32, oneDNN off (``MXNET_MKLDNN_ENABLED=0`` in both workers): what
   oneDNN's layout conversions around the emulated float16 ops cost;
-- emulated AMP / emulated AMP without AMP's overflow check (``has_overflow`` replaced by
-  ``False``): the share of ``multi_all_finite`` and its synchronisation;
-- emulated AMP with the overflow check done by one ``multi_sum_sq`` (any inf or NaN makes a
-  sum non-finite; only then MXNet's own check runs, so skips are the same) / float32: what a
-  faster check would give. MXNet 1.9.1's CPU ``multi_all_finite`` visits every array up to the
-  largest array's size.
+- emulated AMP with MXNet's own check (``multi_all_finite`` on every step, as before the
+  emulation had its own) / float32. MXNet 1.9.1's CPU ``multi_all_finite`` is 20-100 times
+  slower than a pass over the data;
+- emulated AMP / the same without any overflow check (``has_overflow`` replaced by ``False``):
+  what the emulation's check still costs.
 
 Then, in one process (no cross-process noise), three emulated AMP nets with MXNet's overflow
-check, the ``multi_sum_sq`` check and none, timed in alternating blocks; and one profiled pass (``mx.profiler``, aggregate statistics) of the emulated AMP step splits the
-operator time into casts (``amp_cast``, ``amp_multicast``, ``Cast``), the overflow check, and the
-rest. It says nothing about GPU speed: on a CPU the emulation is always slower than float32.
+check, the emulation's check and none, timed in alternating blocks; and one profiled pass
+(``mx.profiler``, aggregate statistics) of the emulated AMP step splits the operator time into
+casts (``amp_cast``, ``amp_multicast``, ``Cast``), the overflow check, and the rest. It says
+nothing about GPU speed: on a CPU the emulation is always slower than float32.
 
 Usage: ``python benchmarks/ssd_step.py [--rounds N] [--steps N] [--json PATH]``
 """
@@ -35,7 +38,7 @@ sys.path.insert(0, HERE)
 from _workers import compare  # noqa: E402
 
 SETUP = r"""
-def setup(amp_on, onednn=True, overflow_check=True, fast_check=False, size=128, batch=2):
+def setup(amp_on, onednn=True, check="emulation", size=128, batch=2):
     import os
     if not onednn:  # read lazily by MXNet, at the first operator call
         os.environ["MXNET_MKLDNN_ENABLED"] = "0"
@@ -67,25 +70,12 @@ def setup(amp_on, onednn=True, overflow_check=True, fast_check=False, size=128, 
     if amp_on:
         amp.init_trainer(trainer)
         scaler = trainer._amp_loss_scaler
-        if not overflow_check:
+        if check == "none":
             scaler.has_overflow = lambda params: False
-        elif fast_check:
-            slow = scaler.has_overflow
-
-            def has_overflow(params):
-                # one multi_sum_sq: any inf/NaN makes a sum non-finite; only then the slow check
-                grads = [p._grad[0] for p in params if p._grad is not None]
-                sums = mx.nd.multi_sum_sq(*grads, num_arrays=len(grads))
-                if not np.isfinite(sums.asnumpy()).all():
-                    return slow(params)
-                scaler._loss_scale = scaler._next_loss_scale
-                scaler._unskipped += 1
-                if scaler._unskipped == scaler._scale_seq_len:
-                    scaler._unskipped = 0
-                    scaler._next_loss_scale = min(scaler._max_loss_scale,
-                                                  scaler._loss_scale * 2.)
-                return False
-            scaler.has_overflow = has_overflow
+        elif check == "mxnet":  # MXNet's multi_all_finite on every step
+            import types
+            from mxmixed.emulation._overflow import REAL_HAS_OVERFLOW
+            scaler.has_overflow = types.MethodType(REAL_HAS_OVERFLOW, scaler)
     mbox_loss = gcv.loss.SSDMultiBoxLoss()
 
     def step():
@@ -107,15 +97,15 @@ COMPARISONS = [
      {"amp_on": False}, {"amp_on": True}, "<= 1.5"),
     ("oneDNN off", "emulated AMP step / float32 step (CPU)",
      {"amp_on": False, "onednn": False}, {"amp_on": True, "onednn": False}, None),
-    ("oneDNN on", "emulated AMP step / same without AMP's overflow check",
-     {"amp_on": True, "overflow_check": False}, {"amp_on": True}, None),
-    ("multi_sum_sq check", "emulated AMP step / float32 step (CPU)",
-     {"amp_on": False}, {"amp_on": True, "fast_check": True}, "<= 1.5"),
+    ("MXNet's multi_all_finite", "emulated AMP step / float32 step (CPU)",
+     {"amp_on": False}, {"amp_on": True, "check": "mxnet"}, None),
+    ("oneDNN on", "emulated AMP step / same without an overflow check",
+     {"amp_on": True, "check": "none"}, {"amp_on": True}, None),
 ]
 
 CASTS = ("amp_cast", "amp_multicast", "Cast", "_backward_amp_cast", "_backward_amp_multicast",
          "_backward_Cast")
-CHECK = ("multi_all_finite", "all_finite")
+CHECK = ("multi_all_finite", "all_finite", "multi_sum_sq")
 _ROW = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
 
@@ -159,9 +149,9 @@ def profile(steps=5):
 
 
 def check_ab(rounds=5, steps=3):
-    """In one process, three emulated AMP nets with MXNet's overflow check, the multi_sum_sq
-    check and none, timed in alternating blocks: ratios to MXNet's check (no cross-process
-    noise)."""
+    """In one process, three emulated AMP nets with MXNet's overflow check, the emulation's
+    (multi_sum_sq) check and none, timed in alternating blocks: ratios to MXNet's check (no
+    cross-process noise)."""
     import statistics
     import time
 
@@ -169,9 +159,9 @@ def check_ab(rounds=5, steps=3):
 
     namespace = {}
     exec(SETUP, namespace)  # noqa: S102 - our own setup code, shared with the workers
-    variants = {"mxnet": namespace["setup"](amp_on=True),
-                "multi_sum_sq": namespace["setup"](amp_on=True, fast_check=True),
-                "none": namespace["setup"](amp_on=True, overflow_check=False)}
+    variants = {"mxnet": namespace["setup"](amp_on=True, check="mxnet"),
+                "multi_sum_sq": namespace["setup"](amp_on=True),
+                "none": namespace["setup"](amp_on=True, check="none")}
     for step in variants.values():
         for _ in range(3):
             step()
@@ -185,7 +175,7 @@ def check_ab(rounds=5, steps=3):
             mx.nd.waitall()
             times[name].append((time.perf_counter() - start) / steps)
     out = []
-    for name, label in (("multi_sum_sq", "overflow check by multi_sum_sq"),
+    for name, label in (("multi_sum_sq", "the emulation's multi_sum_sq check"),
                         ("none", "no overflow check")):
         ratios = [v / b for v, b in zip(times[name], times["mxnet"])]
         out.append({"workload": "%s (oneDNN on, one process)" % WORKLOAD,

@@ -5,11 +5,14 @@ Only MXNet and NumPy here, so the training layer and the diagnostics can both us
 (:func:`mxmixed.diagnostics.nonfinite_gradients` is this module's function).
 """
 import mxnet as mx
+import numpy as np
 from mxnet import autograd
 
-__all__ = ["all_finite", "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
+__all__ = ["all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
+           "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
 
-_CHUNK = 200  # arrays per multi_all_finite call, as MXNet's own scaler does
+_CHUNK = 200  # arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does
+_SUMMED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def param_grads(params, first_copy_only=False):
@@ -31,7 +34,16 @@ def param_grads(params, first_copy_only=False):
 
 
 def all_finite(grads):
-    """Whether every element of every array is finite: one pass per dtype and device, one sync.
+    """Whether every element of every array is finite: exact, and fast on a CPU.
+
+    On CPU contexts the arrays' float32 sums of squares come first, in one ``multi_sum_sq``
+    per dtype (float16 arrays cast to float32 before: MXNet squares float16 in float16). A
+    finite sum proves its array finite. Only an array whose sum is not finite (it holds an inf
+    or NaN, or the square of a float32 beyond about 1.8e19 overflowed) goes to MXNet's exact test,
+    ``all_finite``, the one-array form of ``multi_all_finite`` with the same per-element test.
+    MXNet 1.9.1's CPU ``multi_all_finite``, which its own loss scaler uses, is 20-100 times
+    slower than one pass over the data. GPU arrays (and any other dtype) go to
+    ``multi_all_finite`` as before.
 
     Parameters
     ----------
@@ -44,13 +56,106 @@ def all_finite(grads):
     """
     if not grads:
         return True
-    groups = {}
-    for grad in grads:  # multi_all_finite needs one dtype
-        groups.setdefault((grad.dtype, grad.context), []).append(grad)
+    summed = [g for g in grads if fast_check_applies(g.dtype, g.context)]
+    others = [g for g in grads if not fast_check_applies(g.dtype, g.context)]
     with autograd.pause():
-        flags = []
-        for (_, ctx), group in groups.items():
-            ok = mx.nd.ones((1,), ctx=ctx)
+        if others and not exact_all_finite(_grouped(others).values()):
+            return False
+        suspects = nonfinite_sums(summed) if summed else []
+        return not suspects or each_finite(suspects)
+
+
+def _grouped(arrays, cast=False):
+    groups = {}
+    for array in arrays:  # multi_all_finite and multi_sum_sq need one dtype and device
+        dtype = np.dtype(array.dtype)
+        key = (np.dtype(np.float32) if cast and dtype == np.float16 else dtype, array.context)
+        groups.setdefault(key, []).append(array)
+    return groups
+
+
+def fast_check_applies(dtype, ctx):
+    """Whether the sum-of-squares check serves arrays of this dtype on this context.
+
+    Parameters
+    ----------
+    dtype : numpy dtype or type
+    ctx : mxnet.Context
+
+    Returns
+    -------
+    bool
+        True for float16, float32 and float64 arrays on a CPU context.
+    """
+    return ctx.device_type == "cpu" and np.dtype(dtype) in _SUMMED
+
+
+def nonfinite_sums(arrays):
+    """The arrays whose float32 sum of squares is not finite; every other one is finite.
+
+    An array left out holds no inf or NaN. One returned may still be finite: a float32 (or
+    float64) square or the sum overflowed float32.
+
+    Parameters
+    ----------
+    arrays : list of mxnet.nd.NDArray
+        float16, float32 or float64 arrays on CPU contexts.
+
+    Returns
+    -------
+    list of mxnet.nd.NDArray
+        After one synchronisation.
+    """
+    sums, order = [], []
+    with autograd.pause():
+        for (dtype, _), group in _grouped(arrays, cast=True).items():
+            summed = [g.astype("float32") if g.dtype == np.float16 else g for g in group]
+            for start in range(0, len(group), _CHUNK):
+                chunk = summed[start:start + _CHUNK]
+                sums.append(mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)))
+                order += group[start:start + _CHUNK]
+        finite = np.isfinite(np.concatenate([s.asnumpy() for s in sums]))  # one wait
+    return [array for array, ok in zip(order, finite) if not ok]
+
+
+def each_finite(arrays):
+    """MXNet's exact test, one ``all_finite`` per array (fast on a CPU), into one flag per device.
+
+    Parameters
+    ----------
+    arrays : list of mxnet.nd.NDArray
+
+    Returns
+    -------
+    bool
+        Whether every element is finite, after one synchronisation.
+    """
+    flags = {}
+    with autograd.pause():
+        for array in arrays:
+            ok = flags.get(array.context)
+            if ok is None:
+                ok = flags[array.context] = mx.nd.ones((1,), ctx=array.context)
+            mx.nd.all_finite(array, init_output=False, out=ok)
+        return all(bool(flag.asscalar()) for flag in flags.values())
+
+
+def exact_all_finite(groups):
+    """MXNet's exact check, ``multi_all_finite``, over groups of one dtype and context each.
+
+    Parameters
+    ----------
+    groups : iterable of list of mxnet.nd.NDArray
+
+    Returns
+    -------
+    bool
+        Whether every element is finite, after one synchronisation.
+    """
+    flags = []
+    with autograd.pause():
+        for group in groups:
+            ok = mx.nd.ones((1,), ctx=group[0].context)
             for start in range(0, len(group), _CHUNK):
                 chunk = group[start:start + _CHUNK]
                 mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)

@@ -17,7 +17,10 @@ Where it applies:
 * AMP's own ``amp_multicast`` (its oneDNN kernel rejects float16), imperative and in graphs;
 * ``mxnet.contrib.amp``'s imperative casts: MXNet 1.9.1 casts float16 to float32 for the ops on
   AMP's float32 list (softmax, norms, Gluon losses) only on GPU contexts, so while emulation
-  is on, CPU arrays are cast as a GPU's would be.
+  is on, CPU arrays are cast as a GPU's would be;
+* ``mxnet.contrib.amp``'s overflow check: ``LossScaler.has_overflow`` sums the squares of the
+  CPU gradients first (one ``multi_sum_sq``) and runs MXNet's slow CPU ``multi_all_finite``
+  only when a sum is not finite, so its decision is MXNet's, several times faster.
 
 A biased FullyConnected, Convolution or Deconvolution rounds twice, as MXNet's GPU kernels do:
 its no-bias result is rounded to float16, then the bias is added in float16 arithmetic.
@@ -54,6 +57,7 @@ from .._state import EMULATION, emulation_active, gpu_visible
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
 from ._ops import EMULATED_OPS, NOT_EMULATED
+from ._overflow import install_overflow_check
 from ._wrappers import AMP_MODULE, REAL_AMP_CAST, amp_cast_as_on_gpu, install_nd_wrappers
 
 __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
@@ -72,6 +76,7 @@ def _apply():
         AMP_MODULE._cast_symbol_NDArray = REAL_AMP_CAST
 
     undo.append(restore_amp_cast)
+    undo.append(install_overflow_check())
     return undo
 
 
