@@ -272,7 +272,10 @@ def test_unreadable_params_file_is_a_one_line_error(checkpoint, tmp_path, capsys
     (["--validate", "4"], "need samples: give --inputs"),
     (["--validate", "many"], "argument --validate: must be an integer, got 'many'"),
     (["--search-tolerance", "-1", "--input-shape", "1,8,8"], "must be a positive number"),
-    (["--validate", "2", "--input-shape", "1,12,12"], "do not match the symbol for data shapes"),
+    (["--validate", "2", "--input-shape", "1,12,12"], "data shapes {'data': (1, 1, 12, 12)} "
+                                                      "(batch axis first) do not fit the symbol"),
+    (["--validate", "2", "--input-shape", "8,8"], "data shapes {'data': (1, 8, 8)} (batch axis "
+                                                   "first) do not fit the symbol"),
     (["--validate", "2", "--input-shape", "one"], "argument --input-shape: must be positive "
                                                    "integers"),
     (["--validate", "2", "--input-shape", "3,x,224"], "argument --input-shape: must be positive "
