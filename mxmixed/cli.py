@@ -152,7 +152,12 @@ def _samples(args, shape, mapped, count, strict):
     if len(mapped) < count:
         raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
                        % (args.inputs, len(mapped), count))
-    return np.array(mapped[:count], dtype=np.float32)
+    samples = np.array(mapped[:count], dtype=np.float32)
+    bad = samples.size - int(np.isfinite(samples).sum())
+    if bad:  # relu(NaN) is 0 on oneDNN: NaN samples can even pass a validation
+        raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as float32); "
+                       "a validation on them proves nothing" % (args.inputs, bad, samples.size))
+    return samples
 
 
 def _cmd_convert(args):

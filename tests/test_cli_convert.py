@@ -294,6 +294,18 @@ def test_bad_option_is_a_one_line_error_and_writes_nothing(argv, message, checkp
     assert _files(tmp_path) == before
 
 
+@pytest.mark.parametrize("value", [np.nan, np.inf, 1e39])
+def test_non_finite_samples_are_refused(checkpoint, tmp_path, capsys, value):
+    X = np.random.RandomState(0).uniform(size=(4, 1, 8, 8))
+    X[2, 0, 3, 3] = value  # 1e39 is finite as float64, inf as float32
+    np.save(str(tmp_path / "x.npy"), X)
+    code, _, err = _run(["convert", checkpoint, "0", "--out", str(tmp_path / "out"),
+                         "--validate", "4", "--inputs", str(tmp_path / "x.npy")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "1 of the 256 values used are inf or NaN" in err
+    assert not os.path.exists(str(tmp_path / "out-symbol.json"))
+
+
 def test_bad_epoch_is_a_one_line_error(checkpoint, tmp_path, capsys):
     code, _, err = _run(["convert", checkpoint, "x", "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "argument EPOCH: must be an integer" in err and err.count("\n") == 1
