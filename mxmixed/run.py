@@ -227,7 +227,8 @@ def run_script(script, argv=(), report=None, emulation=True):
         script runs).
     """
     if not os.path.isfile(script):
-        print("mxmixed run: error: script %s does not exist" % script, file=sys.stderr)
+        print("mxmixed run: error: script %s %s" % (script, "is a folder, not a Python file"
+              if os.path.isdir(script) else "does not exist"), file=sys.stderr)
         return 2
     report = os.path.abspath(report) if report else None  # the script may chdir
     problem = _report_problem(report) if report else None

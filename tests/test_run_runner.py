@@ -78,6 +78,11 @@ def test_unwritable_report_exits_2_before_the_script_runs(tmp_path, capsys, wher
     assert not ran.exists()
 
 
+def test_a_folder_as_script_exits_2_saying_so(tmp_path, capsys):
+    assert run_script(str(tmp_path), []) == 2
+    assert "is a folder, not a Python file" in capsys.readouterr().err
+
+
 def test_command_line_exit_code_and_argv(tmp_path):
     script = _script(tmp_path, "import sys\nprint(sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n")
     proc = _run([script, "--report", "7"])  # the script's own --report, not the runner's
