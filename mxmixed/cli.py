@@ -170,6 +170,10 @@ def _cmd_convert(args):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W")
     in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
+    if meant != args.prefix and not os.path.exists(in_files[0]):
+        raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
+                       "did you mean %s?" % meant)
     check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)

@@ -306,6 +306,14 @@ def test_non_finite_samples_are_refused(checkpoint, tmp_path, capsys, value):
     assert not os.path.exists(str(tmp_path / "out-symbol.json"))
 
 
+@pytest.mark.parametrize("suffix", ["-symbol.json", "-0000.params"])
+def test_a_file_name_as_prefix_suggests_the_prefix(checkpoint, tmp_path, capsys, suffix):
+    code, _, err = _run(["convert", checkpoint + suffix, "0", "--out", str(tmp_path / "out")],
+                        capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "did you mean %s?" % checkpoint in err
+
+
 def test_bad_epoch_is_a_one_line_error(checkpoint, tmp_path, capsys):
     code, _, err = _run(["convert", checkpoint, "x", "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "argument EPOCH: must be an integer" in err and err.count("\n") == 1
