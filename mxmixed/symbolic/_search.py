@@ -13,6 +13,7 @@ import numpy as np
 
 from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
+from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._graph import _default_ctx, _graph, _inference_graph
 from ._probe import _probe, _sensitivity, _underflow_layers, _underflow_note
 from ._validation import _Runner, _batches, _compare, _run
@@ -323,8 +324,6 @@ def _prune(chosen, error_with, tolerance, budget):
 
 
 def _rule_text(reference, rule):
-    from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
-
     if rule == "detections" or (rule == "auto" and is_detection(reference)):
         return DETECTION_RULE
     return RELATIVE_RULE
