@@ -152,7 +152,12 @@ def _samples(args, shape, mapped, count, strict):
     if len(mapped) < count:
         raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
                        % (args.inputs, len(mapped), count))
-    return np.array(mapped[:count], dtype=np.float32)
+    samples = np.array(mapped[:count], dtype=np.float32)
+    bad = samples.size - int(np.isfinite(samples).sum())
+    if bad:  # relu(NaN) is 0 on oneDNN: NaN samples can even pass a validation
+        raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as float32); "
+                       "a validation on them proves nothing" % (args.inputs, bad, samples.size))
+    return samples
 
 
 def _cmd_convert(args):
@@ -165,6 +170,10 @@ def _cmd_convert(args):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W")
     in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
+    if meant != args.prefix and not os.path.exists(in_files[0]):
+        raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
+                       "did you mean %s?" % meant)
     check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)

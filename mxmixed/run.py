@@ -190,6 +190,18 @@ def _exit_code(code):
     return 1
 
 
+def _report_problem(report):
+    """Why the report cannot be written at ``report`` (checked before the script runs), or None."""
+    folder = os.path.dirname(report)
+    if os.path.isdir(report):
+        return "is a folder; give a file name, such as %s" % os.path.join(report, "report.json")
+    if not os.path.isdir(folder):
+        return "the folder %s does not exist" % folder
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "the folder %s is not writable" % folder
+    return None
+
+
 def run_script(script, argv=(), report=None, emulation=True):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
@@ -211,12 +223,18 @@ def run_script(script, argv=(), report=None, emulation=True):
     int
         The script's exit status: 0 when it ends normally, its ``SystemExit`` code, 1 on an
         uncaught exception (its traceback is printed from the script's own frames on), 2 when
-        the script does not exist.
+        the script does not exist or the report cannot be written there (checked before the
+        script runs).
     """
     if not os.path.isfile(script):
-        print("mxmixed run: error: script %s does not exist" % script, file=sys.stderr)
+        print("mxmixed run: error: script %s %s" % (script, "is a folder, not a Python file"
+              if os.path.isdir(script) else "does not exist"), file=sys.stderr)
         return 2
     report = os.path.abspath(report) if report else None  # the script may chdir
+    problem = _report_problem(report) if report else None
+    if problem:  # found before the script runs, not after an hour of training
+        print("mxmixed run: error: --report %s: %s" % (report, problem), file=sys.stderr)
+        return 2
     was_active = emu.emulation_active()
     if emulation:
         emu.enable(mode="auto")

@@ -11,6 +11,7 @@ object (``mxmixed._handle``), stored under ``trainer._amp_loss_scaler``.
 """
 import contextlib
 import math
+import numbers
 import warnings
 
 import numpy as np
@@ -30,6 +31,15 @@ from .scaler import LossScaler
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
+
+
+def _check_trainer(trainer, name):
+    if not isinstance(trainer, gluon.Trainer):
+        raise TypeError("%s needs a gluon.Trainer, got %s" % (name, type(trainer).__name__))
+
+
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _make_scaler(scaler):
@@ -183,6 +193,7 @@ def loss_scaler(trainer):
         ...
     ValueError: this Trainer has no mxmixed LossScaler; ...
     """
+    _check_trainer(trainer, "loss_scaler")
     handle = handle_of(trainer)
     if handle is None or handle.scaler is None:
         raise ValueError("this Trainer has no mxmixed LossScaler; call mxmixed.init_trainer "
@@ -234,6 +245,7 @@ def scale_loss(loss, trainer):
     >>> applied
     True
     """
+    _check_trainer(trainer, "scale_loss")
     scale = loss_scaler(trainer).loss_scale
     handle_of(trainer).begin_step(grad_scale=scale)
     if isinstance(loss, (list, tuple)):
@@ -285,6 +297,7 @@ def unscale(trainer):
     >>> bool(mx.nd.abs(scaled_grad / 128 - net.weight.grad()).max() < 1e-6)
     True
     """
+    _check_trainer(trainer, "unscale")
     loss_scaler(trainer)
     handle = handle_of(trainer)
     factor = 1.0 / handle.gradient_scale
@@ -365,7 +378,8 @@ def clip_global_norm(trainer, max_norm):
     >>> 0.1 < norm < 1000, applied
     (True, True)
     """
-    if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
+    _check_trainer(trainer, "clip_global_norm")
+    if not (_is_real(max_norm) and math.isfinite(max_norm) and max_norm > 0):
         raise ValueError("max_norm must be positive and finite, got %r" % (max_norm,))
     handle = handle_of(trainer) or attach(trainer, None)
     reduced = _reduces(trainer)
@@ -420,6 +434,9 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     >>> applied, scaler.skipped_steps
     (False, 1)
     """
+    _check_trainer(trainer, "step")
+    if not (_is_real(batch_size) and batch_size > 0):
+        raise ValueError("batch_size must be a positive number, got %r" % (batch_size,))
     handle = handle_of(trainer)
     if handle is not None and handle.reduced:
         handle.reduced = False

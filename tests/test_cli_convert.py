@@ -272,7 +272,10 @@ def test_unreadable_params_file_is_a_one_line_error(checkpoint, tmp_path, capsys
     (["--validate", "4"], "need samples: give --inputs"),
     (["--validate", "many"], "argument --validate: must be an integer, got 'many'"),
     (["--search-tolerance", "-1", "--input-shape", "1,8,8"], "must be a positive number"),
-    (["--validate", "2", "--input-shape", "1,12,12"], "do not match the symbol for data shapes"),
+    (["--validate", "2", "--input-shape", "1,12,12"], "data shapes {'data': (1, 1, 12, 12)} "
+                                                      "(batch axis first) do not fit the symbol"),
+    (["--validate", "2", "--input-shape", "8,8"], "data shapes {'data': (1, 8, 8)} (batch axis "
+                                                   "first) do not fit the symbol"),
     (["--validate", "2", "--input-shape", "one"], "argument --input-shape: must be positive "
                                                    "integers"),
     (["--validate", "2", "--input-shape", "3,x,224"], "argument --input-shape: must be positive "
@@ -289,6 +292,26 @@ def test_bad_option_is_a_one_line_error_and_writes_nothing(argv, message, checkp
     assert code == 2
     assert err.count("\n") == 1 and message in err
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, 1e39])
+def test_non_finite_samples_are_refused(checkpoint, tmp_path, capsys, value):
+    X = np.random.RandomState(0).uniform(size=(4, 1, 8, 8))
+    X[2, 0, 3, 3] = value  # 1e39 is finite as float64, inf as float32
+    np.save(str(tmp_path / "x.npy"), X)
+    code, _, err = _run(["convert", checkpoint, "0", "--out", str(tmp_path / "out"),
+                         "--validate", "4", "--inputs", str(tmp_path / "x.npy")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "1 of the 256 values used are inf or NaN" in err
+    assert not os.path.exists(str(tmp_path / "out-symbol.json"))
+
+
+@pytest.mark.parametrize("suffix", ["-symbol.json", "-0000.params"])
+def test_a_file_name_as_prefix_suggests_the_prefix(checkpoint, tmp_path, capsys, suffix):
+    code, _, err = _run(["convert", checkpoint + suffix, "0", "--out", str(tmp_path / "out")],
+                        capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "did you mean %s?" % checkpoint in err
 
 
 def test_bad_epoch_is_a_one_line_error(checkpoint, tmp_path, capsys):

@@ -65,6 +65,24 @@ def test_missing_script_exits_2(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where, message", [
+    ("missing/report.json", "does not exist"),
+    (".", "is a folder"),
+])
+def test_unwritable_report_exits_2_before_the_script_runs(tmp_path, capsys, where, message):
+    ran = tmp_path / "ran"
+    script = _script(tmp_path, "open(%r, 'w').close()\n" % str(ran))
+    assert run_script(script, [], report=str(tmp_path / where)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--report" in err and message in err
+    assert not ran.exists()
+
+
+def test_a_folder_as_script_exits_2_saying_so(tmp_path, capsys):
+    assert run_script(str(tmp_path), []) == 2
+    assert "is a folder, not a Python file" in capsys.readouterr().err
+
+
 def test_command_line_exit_code_and_argv(tmp_path):
     script = _script(tmp_path, "import sys\nprint(sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n")
     proc = _run([script, "--report", "7"])  # the script's own --report, not the runner's

@@ -198,6 +198,7 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
         try:
             arg_shapes, _, aux_shapes = sym.infer_shape_partial(**known)
         except mx.base.MXNetError as err:
+            _check_data_shapes(sym, data_shapes)
             raise ConversionError("%s do not match the symbol for data shapes %s: %s"
                                   % (source, dict(data_shapes), _last_line(err))) from None
         inferred = dict(zip(sym.list_arguments(), arg_shapes))
@@ -206,6 +207,15 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
             if inferred.get(name) and tuple(inferred[name]) != tuple(value.shape):
                 raise ConversionError("%s do not match the symbol: %r has shape %s, the graph "
                                       "needs %s" % (source, name, value.shape, inferred[name]))
+
+
+def _check_data_shapes(sym, data_shapes):
+    """Blame the data shapes, not the params, when the graph rejects them on their own."""
+    try:
+        sym.infer_shape_partial(**dict(data_shapes))
+    except mx.base.MXNetError as err:
+        raise ConversionError("data shapes %s (batch axis first) do not fit the symbol: %s"
+                              % (dict(data_shapes), _last_line(err))) from None
 
 
 def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):

@@ -22,7 +22,7 @@ from ..diagnostics import collect_gradients, gradient_stats
 from ..diagnostics.gradients import ACTIVATION_MARK
 from ..scaler import LossScaler
 from ..training import amp_scope, init_trainer, scale_loss, step
-from .data import digits_arrays
+from . import digits_arrays
 
 __all__ = ["DENSE_MODES", "digit_grids", "DenseDigitsNet", "MeanSigmoidBCE",
            "float16_activation_gradients", "train_dense"]
@@ -118,13 +118,11 @@ class MeanSigmoidBCE(gluon.HybridBlock):
 def float16_activation_gradients(grads):
     """Keep the activation gradients that are float16 tensors under AMP (the net's, not the
     loss's), from :func:`mxmixed.diagnostics.collect_gradients` output."""
-
     return {k: v for k, v in grads.items()
             if k.endswith(ACTIVATION_MARK) and not k.startswith("meansigmoidbce")}
 
 
 def _measure(net, loss_fn, batch, scale):
-
     grads = collect_gradients(net, batch, loss_fn=loss_fn, activations=True)
     return gradient_stats(float16_activation_gradients(grads), scale)
 
@@ -168,7 +166,6 @@ def train_dense(mode, data, steps=300, batch_size=32, learning_rate=0.01, scaler
         float32), ``skipped``, ``stats`` (step to :class:`GradientStats`), ``seconds`` (the
         training loop alone), ``net`` and ``trainer``.
     """
-
     if mode not in DENSE_MODES:
         raise ValueError("mode must be one of %s, got %r" % (DENSE_MODES, mode))
     X_train, Y_train, X_test, Y_test = data
