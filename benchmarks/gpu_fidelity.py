@@ -28,7 +28,7 @@ It runs in two halves:
     GPU-GPU(other algorithms), and the largest distance in float16 ulps.
 
 Until the GPU half has run, ``results-gpu-fidelity.json`` says ``"status": "not yet run"`` and
-the figures measured for issue 15 (H100, PyTorch 2.11, cuDNN 9.19) stand.
+the figures measured earlier on an H100 (PyTorch 2.11, cuDNN 9.19) stand.
 """
 import argparse
 import contextlib

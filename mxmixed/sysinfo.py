@@ -69,10 +69,7 @@ def layout():
 
 
 def _bfloat16():
-    support = getattr(_state, "bfloat16_support", None)  # helper A's _state (issue 14)
-    if support is None:
-        return "unknown"
-    runs, reason = support()
+    runs, reason = _state.bfloat16_support()
     if not runs:
         return "no: " + reason
     return ("runs (oneDNN, AVX-512 F/BW/VL/DQ); AVX512-BF16 instructions: %s"
