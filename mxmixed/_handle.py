@@ -19,6 +19,7 @@ never changed.
    ``mxmixed._state.AMP.loss_output_scaler`` (the first one attached after AMP's init), so it too
    derives the scale on use instead of holding a copy.
 """
+import contextlib
 import weakref
 
 import mxnet as mx
@@ -30,7 +31,7 @@ from ._state import AMP
 from .scaler import LossScaleError
 
 __all__ = ["ATTRIBUTE", "TrainerHandle", "handle_of", "attach", "follow_linked_scaler",
-           "explain_cpu_float16"]
+           "explain_cpu_float16", "handle_scale_loss"]
 
 #: The one attribute set on a Trainer; MXNet's ``Trainer._update`` reads it.
 ATTRIBUTE = "_amp_loss_scaler"
@@ -186,9 +187,36 @@ def attach(trainer, scaler):
             AMP.loss_output_scaler = scaler  # the replacement leads the loss-output ops now
     handle = TrainerHandle(trainer, scaler)
     setattr(trainer, ATTRIBUTE, handle)
+    _serve_mxnet_scale_loss()
     if scaler is not None:
         _ATTACHED[scaler] = weakref.ref(trainer)
     return handle
+
+
+_MXNET_SCALE_LOSS = amp.scale_loss
+
+
+@contextlib.contextmanager
+def handle_scale_loss(loss, optimizer_or_trainer):
+    """``amp.scale_loss`` that also serves Trainers linked by :func:`mxmixed.init_trainer`.
+
+    MXNet's own writes ``trainer._scale`` from ``trainer._amp_original_scale``, which an mxmixed
+    Trainer does not have; for such a Trainer this scales as :func:`mxmixed.scale_loss` does.
+    """
+    handle = handle_of(optimizer_or_trainer)
+    if handle is None or handle.scaler is None:
+        with _MXNET_SCALE_LOSS(loss, optimizer_or_trainer) as scaled:
+            yield scaled
+        return
+    scale = handle.scaler.loss_scale
+    handle.begin_step(grad_scale=scale)
+    yield [l * scale for l in loss] if isinstance(loss, (list, tuple)) else loss * scale
+
+
+def _serve_mxnet_scale_loss():
+    """Let scripts that call ``amp.scale_loss`` use an mxmixed Trainer (idempotent; it stays,
+    and passes any other Trainer on to MXNet's own)."""
+    amp.scale_loss = amp.amp.scale_loss = handle_scale_loss
 
 
 class FollowingScaler(MXNetLossScaler):

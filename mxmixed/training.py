@@ -23,7 +23,7 @@ from . import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
 from ._finite import param_grads
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
-                      follow_linked_scaler, handle_of)
+                      follow_linked_scaler, handle_of, handle_scale_loss)
 from ._kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
 from ._state import amp_initialized, gpu_visible
@@ -246,12 +246,9 @@ def scale_loss(loss, trainer):
     True
     """
     _check_trainer(trainer, "scale_loss")
-    scale = loss_scaler(trainer).loss_scale
-    handle_of(trainer).begin_step(grad_scale=scale)
-    if isinstance(loss, (list, tuple)):
-        yield [l * scale for l in loss]
-    else:
-        yield loss * scale
+    loss_scaler(trainer)  # a clear error for a Trainer without a scaler
+    with handle_scale_loss(loss, trainer) as scaled:
+        yield scaled
 
 
 def _reduces(trainer):
