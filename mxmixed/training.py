@@ -121,6 +121,11 @@ def init_trainer(trainer, scaler="dynamic", replace=False):
         For float16 parameters without ``multi_precision`` (small updates are lost), and for
         AMP on a CPU without the emulation (float16 GEMMs fail).
 
+    Notes
+    -----
+    MXNet's ``amp.scale_loss`` works with the Trainer too: from the first call on, it scales
+    an mxmixed Trainer's loss as :func:`scale_loss` does, and passes other Trainers to MXNet.
+
     Examples
     --------
     >>> from mxnet import gluon
