@@ -264,16 +264,7 @@ def check_trainer_states(path, members, manifest, trainer, named):
     if len(saved) != len(mine):
         raise CheckpointError("checkpoint '%s' has optimizer states for %d parameters, this "
                               "trainer has %d" % (path, len(saved), len(mine)))
-    for k, (theirs, ours) in enumerate(zip(saved, mine)):
-        same_name = theirs["name"] is None or ours["name"] is None \
-            or theirs["name"] == ours["name"]
-        if not same_name or theirs["dtype"] != ours["dtype"] or \
-                not shape_fits(tuple(ours["shape"]), tuple(theirs["shape"])):
-            raise CheckpointError(
-                "checkpoint '%s' does not fit this trainer: its parameter %d is '%s' %s, the "
-                "trainer's is '%s' %s" % (path, k, theirs["name"],
-                                         describe(theirs["shape"], theirs["dtype"]),
-                                         ours["name"], describe(ours["shape"], ours["dtype"])))
+    order = _match_params(path, saved, mine)
     data = members[TRAINER]
     try:
         states = pickle.loads(data)
@@ -283,7 +274,48 @@ def check_trainer_states(path, members, manifest, trainer, named):
     if not (isinstance(states, tuple) and len(states) == 2 and isinstance(states[0], dict)
             and isinstance(states[1], mx.optimizer.Optimizer)):
         raise corrupt(path, "the trainer states are not (states, optimizer)")
+    if order != list(range(len(order))):
+        data = pickle.dumps(_reindex(states, order))
     return data
+
+
+def _match_params(path, saved, mine):
+    """For each saved trainer parameter, the index of the same parameter in this trainer.
+
+    A Trainer orders its parameters by their MXNet names, which carry process-wide counters
+    (``dense9_weight``, ``dense10_weight``), so the same net built after other layers can list
+    them in another order; the structural names (``0.weight``) match them whatever the order.
+    """
+    names = [r["name"] for r in mine]
+    by_name = all(names) and len(set(names)) == len(names) and all(r["name"] for r in saved)
+    where = {name: j for j, name in enumerate(names)}
+    order = []
+    for k, theirs in enumerate(saved):
+        j = where.get(theirs["name"]) if by_name else k
+        ours = mine[j] if j is not None else None
+        if ours is None or theirs["dtype"] != ours["dtype"] or \
+                not shape_fits(tuple(ours["shape"]), tuple(theirs["shape"])):
+            raise CheckpointError(
+                "checkpoint '%s' does not fit this trainer: its parameter %d is '%s' %s, the "
+                "trainer's is %s" % (path, k, theirs["name"],
+                                     describe(theirs["shape"], theirs["dtype"]),
+                                     "'%s' %s" % (ours["name"], describe(ours["shape"],
+                                                                          ours["dtype"]))
+                                     if ours is not None else "missing"))
+        order.append(j)
+    return order
+
+
+def _reindex(states, order):
+    """``(states, optimizer)`` with the per-parameter entries moved to this trainer's indices."""
+    per_param, optimizer = states
+    move = {k: j for k, j in enumerate(order)}
+    per_param = {move.get(k, k): v for k, v in per_param.items()}
+    for counts in getattr(optimizer, "_all_index_update_counts", {}).values():
+        items = list(counts.items())
+        counts.clear()
+        counts.update({move.get(k, k): v for k, v in items})
+    return per_param, optimizer
 
 
 def check_scaler_state(path, members):
