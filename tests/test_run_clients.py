@@ -95,7 +95,7 @@ def test_classification_float16_trains_and_validates(tmp_path, image_folder, mod
     report, metrics = _run_client(tmp_path, "train_imagenet.py", [
         "--data-dir", image_folder, "--model", model, "--input-size", "32",
         "--batch-size", "2", "-j", "0", "--num-epochs", "1", "--max-iters", str(ITERS),
-        "--lr", "0.01"] + mode)
+        "--lr", "0.01", "--seed", "0"] + mode)
     summary = _check_report(report, amp=mode == ["--amp"])
     assert summary["first_nonfinite"] is None or mode == ["--amp"]
     assert len(metrics["loss"]) == ITERS and _finite(metrics["loss"])

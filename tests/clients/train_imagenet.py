@@ -12,7 +12,10 @@ import argparse
 import json
 import logging
 import math
+import random
 import time
+
+import numpy as np
 
 import mxnet as mx
 from mxnet import autograd, gluon
@@ -52,6 +55,8 @@ def parse_args():
                         help='Number of batches to wait before logging.')
     parser.add_argument('--save-metrics', type=str, default='',
                         help='Write the losses and validation accuracy to this JSON file.')
+    parser.add_argument('--seed', type=int, default=None,
+                        help='Seed the weights and the data order (default: unseeded).')
     return parser.parse_args()
 
 
@@ -95,6 +100,10 @@ def main():
     logging.basicConfig(level=logging.INFO)
     logger = logging.getLogger()
     logger.info(args)
+    if args.seed is not None:
+        random.seed(args.seed)
+        np.random.seed(args.seed)
+        mx.random.seed(args.seed)
     if args.amp:
         amp.init()
     ctx = [mx.gpu(i) for i in range(args.num_gpus)] or [mx.cpu()]
