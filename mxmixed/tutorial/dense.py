@@ -20,9 +20,9 @@ from mxnet.gluon import nn
 
 from ..diagnostics import collect_gradients, gradient_stats
 from ..diagnostics.gradients import ACTIVATION_MARK
-from ..scaler import LossScaler
-from ..training import amp_scope, init_trainer, scale_loss, step
-from . import digits_arrays
+from ..training import amp_scope, scale_loss, step
+from .data import digits_arrays
+from .fit import experiment_scaler
 
 __all__ = ["DENSE_MODES", "digit_grids", "DenseDigitsNet", "MeanSigmoidBCE",
            "float16_activation_gradients", "train_dense"]
@@ -183,11 +183,7 @@ def train_dense(mode, data, steps=300, batch_size=32, learning_rate=0.01, scaler
         net.hybridize()
         trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": learning_rate},
                                 update_on_kvstore=False)
-        loss_scaler = None
-        if mode == "float16-unscaled":
-            loss_scaler = init_trainer(trainer, LossScaler.static(1.0))
-        elif mode == "float16-scaled":
-            loss_scaler = init_trainer(trainer, scaler if scaler is not None else "dynamic")
+        loss_scaler = experiment_scaler(trainer, mode, scaler)
         for i in range(steps):
             pick = rng.randint(0, len(X_train), batch_size)
             X = mx.nd.array(X_train[pick], ctx=ctx)

@@ -9,6 +9,7 @@ from mxnet import autograd, gluon
 from .. import emulation
 from .._progress import progress as progress_bar
 from ..optim import multi_precision_trainer
+from ..scaler import LossScaler
 from ..training import amp_scope, clip_global_norm, init_trainer, scale_loss, step
 
 __all__ = ["evaluate", "train_epoch", "fit"]
@@ -123,6 +124,28 @@ def fit(net, train_loader, test_loader, epochs=3, learning_rate=0.1, momentum=0.
 
 
 PRECISIONS = ("float32", "amp", "float16")
+
+
+def experiment_scaler(trainer, mode, scaler=None):
+    """Attach the loss scaling of one arm of a loss-scaling experiment to ``trainer``.
+
+    Parameters
+    ----------
+    trainer : mxnet.gluon.Trainer
+    mode : {'float32', 'float16-unscaled', 'float16-scaled'}
+        No scaler; a static scale of 1 (AMP without loss scaling); ``scaler`` or dynamic.
+    scaler : LossScaler or float or 'dynamic', optional
+        For ``'float16-scaled'``; dynamic by default.
+
+    Returns
+    -------
+    LossScaler or None
+    """
+    if mode == "float16-unscaled":
+        return init_trainer(trainer, LossScaler.static(1.0))
+    if mode == "float16-scaled":
+        return init_trainer(trainer, scaler if scaler is not None else "dynamic")
+    return None
 
 
 def _param_bytes(net):

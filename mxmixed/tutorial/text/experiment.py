@@ -13,8 +13,8 @@ from mxnet import autograd, gluon
 from ..._progress import progress as progress_bar
 from ...diagnostics import collect_gradients, gradient_stats
 from ...diagnostics.gradients import ACTIVATION_MARK
-from ...scaler import LossScaler
-from ...training import amp_scope, clip_global_norm, init_trainer, scale_loss, step
+from ...training import amp_scope, clip_global_norm, scale_loss, step
+from ..fit import experiment_scaler
 from .batches import BPTTBatches
 from .model import LSTMLanguageModel, TokenCrossEntropyLoss
 from .vocab import _check_int
@@ -140,11 +140,7 @@ def train_language_model(mode, build_net, batches, steps, learning_rate=2e-3, cl
         net.hybridize()
         trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": learning_rate},
                                 update_on_kvstore=False)
-        loss_scaler = None
-        if mode == "float16-unscaled":
-            loss_scaler = init_trainer(trainer, LossScaler.static(1.0))
-        elif mode == "float16-scaled":
-            loss_scaler = init_trainer(trainer, scaler if scaler is not None else "dynamic")
+        loss_scaler = experiment_scaler(trainer, mode, scaler)
         params = [p for p in net.collect_params().values() if p.grad_req != "null"]
         activation_keys = float16_activation_gradients(net)
         states = net.begin_state(batches.batch_size, ctx=ctx)
