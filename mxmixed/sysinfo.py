@@ -19,7 +19,7 @@ LAYERS = (
     ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
                   "_ckpt_format")),
     ("numerics", ("emulation", "scaler")),
-    ("bottom", ("_state", "_io", "_graph", "_kvstore", "_finite", "_compat", "_version",
+    ("bottom", ("_state", "_io", "_graph", "_convert", "_kvstore", "_finite", "_compat", "_version",
                 "_progress")),
 )
 """The layers of the package, top first: a module imports only from its layer and those below

@@ -34,9 +34,11 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
+from .._convert import amp_forced, convert_graph, settle
+from .._graph import load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, check_block, graph_json, is_cast, mxnet_reason,
+from ._graph import (GraphInfo, check_block, data_inputs, graph_json, is_cast, last_line,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]
@@ -201,12 +203,8 @@ def _graphs(net):
     """(float32 graph, AMP graph, trainable names or None) for a net or a Symbol."""
     if isinstance(net, mx.sym.Symbol):
         plain = strip_amp_casts(net)
-        try:
-            amp_graph = amp.convert_symbol(_untyped(plain), target_dtype="float16",
-                                           cast_optional_params=False)
-        except mx.base.MXNetError as err:
-            raise ValueError("mx.contrib.amp.convert_symbol cannot convert this graph for the "
-                             "AMP column: %s" % mxnet_reason(err)) from None
+        amp_graph = convert_graph(_untyped(plain), data_inputs(plain),
+                                  amp_forced(plain)).symbol
         return plain, amp_graph, None
     if not isinstance(net, gluon.Block):
         raise TypeError("memory_report needs a Gluon HybridBlock or an mxnet Symbol, got %s"
@@ -300,7 +298,7 @@ def memory_report(net, input_shape, dtype="float32", optimizer_states=1):
         dtypes = {n: in_dtype for n in inputs}
         dtypes.update({n: "float32" for n in labels})
         dtypes.update({n: param_dtype(config, bn) for n, _, _, bn, _ in params})
-        info = GraphInfo(graph, shapes, dtypes)
+        info = _graph_info(graph, shapes, dtypes, config)
         args = [(n, s, param_dtype(config, bn), t) for n, s, t, bn, is_aux in params
                 if not is_aux]
         train = [(n, s, d) for n, s, d, t in args if t]
@@ -324,6 +322,22 @@ def memory_report(net, input_shape, dtype="float32", optimizer_states=1):
             lines.append(MemoryLine(config, item, size, text))
         activations[config] = acts
     return MemoryReport(lines, activations, params, optimizer_states, shapes)
+
+
+def _graph_info(graph, shapes, dtypes, config):
+    """:class:`GraphInfo` of one column. A graph that casts to float32 itself (gluoncv's
+    Faster R-CNN clips boxes against a ``Cast(float32)``) does not type-check once every
+    param is float16; its float16 column then casts those inputs as a user would have to
+    (:func:`mxmixed._convert.settle`)."""
+    try:
+        return GraphInfo(graph, shapes, dtypes)
+    except TypeError:
+        if config != "float16":
+            raise
+    inputs = set(graph.list_inputs())
+    settled, _, _ = settle(graph_json(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
+                                                      if n in inputs}, {})
+    return GraphInfo(load_graph(settled), shapes, dtypes)
 
 
 def _activations(info, inputs):
