@@ -26,8 +26,19 @@ __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
 _FLOAT16 = np.dtype(np.float16)
 
 
-def _short(types):
-    return {name: np.dtype(dtype).name for name, dtype in types.items()}
+_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var")
+
+
+def _short(types, shown=4):
+    """Input dtypes for a message: a few names, then a count per dtype."""
+    names = sorted(types, key=lambda n: (n.endswith(_PARAM_SUFFIXES), n))  # data first
+    text = ", ".join("%s: %s" % (n, np.dtype(types[n]).name) for n in names[:shown])
+    if len(names) > shown:
+        rest = {}
+        for n in names[shown:]:
+            rest[np.dtype(types[n]).name] = rest.get(np.dtype(types[n]).name, 0) + 1
+        text += " and %s more" % ", ".join("%d %s" % (k, d) for d, k in sorted(rest.items()))
+    return "{%s}" % text
 
 
 def _truthy(value):
@@ -121,8 +132,9 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
     try:
         types, variables = entry_dtypes(graph, entries, known)
     except GraphTypeError as err:
-        raise TypeError("MXNet's type inference rejects this graph for the input dtypes %s "
-                        "(it would fail on a GPU too): %s" % (_short(known), err.reason)) from None
+        raise TypeError("MXNet's type inference rejects this graph (it would fail on a GPU "
+                        "too): %s; give that op's inputs one dtype (input dtypes: %s)"
+                        % (err.reason, _short(known))) from None
 
     rewrite, multicast = {}, {}
     for i in targets:
