@@ -16,7 +16,7 @@ LAYERS = (
     ("aside", ("tutorial", "testing")),
     ("faces", ("cli", "launch", "sysinfo", "run", "_preflight")),
     ("upper", ("symbolic", "diagnostics")),
-    ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
+    ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle",
                   "_ckpt_format")),
     ("numerics", ("emulation", "scaler")),
     ("bottom", ("_state", "_io", "_graph", "_convert", "_kvstore", "_finite", "_compat", "_version",
