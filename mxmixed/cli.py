@@ -256,8 +256,8 @@ def build_parser():
         description="Float16 mixed precision for Apache MXNet 1.9.1 (Gluon and Symbol APIs).")
     parser.add_argument("--version", action="version", version="mxmixed %s" % __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    info = sub.add_parser("info", help="MXNet build, GPUs, float16 support, package layout "
-                                       "and pinned versions")
+    info = sub.add_parser("info", help="MXNet build, GPUs, float16 and bfloat16 support and "
+                                       "pinned versions")
     info.set_defaults(func=_cmd_info)
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")

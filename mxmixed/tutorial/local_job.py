@@ -1,11 +1,11 @@
-"""A bounded, always cleaned-up run of a local distributed job: the test harness.
+"""A bounded, always cleaned-up run of a local distributed job (notebook 08, the examples, tests).
 
 MXNet's local tracker blocks forever when a worker dies (it raises in a background thread while
 the other workers wait for the dead one). :func:`run_local` runs ``python -m mxmixed.launch``
 in a new session, watches the launcher's output, kills the whole process group and raises
 :class:`DistributedRunError`, naming the dead worker, within its timeout.
 
-This module is for tests, examples and notebooks; it is not part of ``mxmixed.__all__`` and
+This module is for notebooks, examples and tests; ``import mxmixed`` does not load it and
 training code does not need it. It reads ``/proc`` (Linux) to list a job's processes.
 """
 import os
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from .distributed import ANNOUNCE
+from ..distributed import ANNOUNCE
 
 __all__ = ["DistributedRunError", "LaunchResult", "launch_command", "run_local",
            "job_processes"]
