@@ -10,16 +10,14 @@ import os
 import re
 import sys
 
-from ._preflight import (CLIError, check_memory, check_out_prefix, estimate_convert_memory,
+from ._preflight import (EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED, EXIT_WRITE_FAILED,
+                         CLIError, check_memory, check_out_prefix, estimate_convert_memory,
                          prepare_out_dir)
 from ._progress import bars_wanted
 from ._version import __version__
 
 __all__ = ["main", "build_parser", "parse_shape", "EXIT_OK", "EXIT_VALIDATION_FAILED",
            "EXIT_USAGE", "EXIT_WRITE_FAILED"]
-
-# The exit codes of `mxmixed convert`, explained in CONVERT_EPILOG (its --help).
-EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
