@@ -115,7 +115,8 @@ def _cmd_info(args):
 
 def _cmd_demo(args):
     prepare_out_dir(args.out)
-    _subcommand("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
+    _subcommand("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed,
+                                          progress=bars_wanted())
     return EXIT_OK
 
 

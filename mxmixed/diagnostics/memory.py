@@ -32,13 +32,12 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
-from mxnet.contrib import amp
 
 from .._convert import amp_forced, convert_graph, settle
 from .._graph import load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, check_block, data_inputs, graph_json, is_cast, last_line,
+from ._graph import (GraphInfo, check_block, data_inputs, graph_json, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]

@@ -4,8 +4,8 @@ For every emulated operator (see :mod:`mxmixed.emulation._ops`) whose inputs are
 MXNet's own type inference, the pass inserts ``amp_cast`` nodes: float16 inputs are cast to
 float32, the op runs in float32, and each output that was float16 in the original graph is
 cast back to float16. An ``amp_multicast`` fed float16 becomes what it computes: each output
-is its input, cast where the dtype changes (exact, or one rounding). A biased FullyConnected, Convolution or Deconvolution runs without its
-bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
+is its input, cast where the dtype changes (exact, or one rounding). A biased
+FullyConnected, Convolution or Deconvolution runs without its bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
 float32 add of float16 values, rounded), the two roundings of MXNet's GPU kernels. Every other
 tensor keeps its dtype, so the rewritten graph has the dtypes a GPU run would have. Operators
 whose inputs are float32 are left untouched: a float32 graph comes out unchanged.
@@ -194,7 +194,8 @@ def _rebuild(graph, rewrite, multicast=None):
     """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
 
     Each ``amp_multicast`` node in ``multicast`` (``{output: (input dtype, output dtype)}``)
-    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where the dtype changes.
+    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where
+    the dtype changes.
     """
     multicast = multicast or {}
     new_nodes, where = [], {}

@@ -12,10 +12,9 @@ from typing import Dict
 import numpy as np
 
 import mxnet as mx
-from mxnet.contrib import amp
 
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32, _last_line
+from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
 from ._probe import _probe, _underflow_layers, _underflow_note

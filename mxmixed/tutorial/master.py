@@ -11,7 +11,7 @@ from collections import OrderedDict
 import numpy as np
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import autograd
 
 from ..optim import param_list
 
