@@ -5,8 +5,9 @@ MXNet's own type inference, the pass inserts ``amp_cast`` nodes: float16 inputs 
 float32, the op runs in float32, and each output that was float16 in the original graph is
 cast back to float16. An ``amp_multicast`` fed float16 becomes what it computes: each output
 is its input, cast where the dtype changes (exact, or one rounding). A biased
-FullyConnected, Convolution or Deconvolution runs without its bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
-float32 add of float16 values, rounded), the two roundings of MXNet's GPU kernels. Every other
+FullyConnected, Convolution or Deconvolution runs without its bias; its result is rounded to
+float16 and the bias is then added in float16 arithmetic (a float32 add of float16 values,
+rounded), the two roundings of MXNet's GPU kernels. Every other
 tensor keeps its dtype, so the rewritten graph has the dtypes a GPU run would have. Operators
 whose inputs are float32 are left untouched: a float32 graph comes out unchanged.
 
