@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 MXNET  ?= mxnet
-EXTRAS ?= test,docs
+EXTRAS ?= tutorials,test,docs
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed-$(MXNET)

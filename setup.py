@@ -28,14 +28,14 @@ setup(
         "scikit-learn>=1.0",
         "tqdm>=4.50",
         "matplotlib>=3.3",
-        "gluoncv==0.10.5.post0",
-        "opencv-python<4.12",
     ],
     extras_require={
         "cpu": ["mxnet==1.9.1"],
         "cu112": ["mxnet-cu112==1.9.1"],
+        # the notebooks, the examples and the tests build gluoncv's model zoo (no weights)
+        "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12"],
         "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel",
-                 "import-linter>=2.16"],
+                 "import-linter>=2.16", "ruff>=0.17"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
         # benchmarks/zoo.py's side-by-side with onnxconverter-common (pinned in constraints.txt;
         # these versions work with numpy 1.23.5 on Python 3.11)

@@ -80,7 +80,7 @@ def _strip_wrapper_flags(argv):
 
 def launch(args, argv):
     from mxmixed.distributed import is_distributed
-    from mxmixed.testing import DistributedRunError, run_local
+    from mxmixed.tutorial.local_job import DistributedRunError, run_local
 
     if not is_distributed(args.kvstore):
         raise ValueError("--launch-local needs a dist_* --kvstore")

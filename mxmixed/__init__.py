@@ -14,8 +14,7 @@ from . import (checkpoint, diagnostics, distributed, emulation,  # noqa: E402
                optim, scaler, symbolic, training)
 from .checkpoint import CheckpointError  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
-from .optim import (MasterParams, grads_to_master, make_master_params,  # noqa: E402
-                    master_to_model, master_weights, multi_precision_trainer, sgd_momentum_step)
+from .optim import master_weights, multi_precision_trainer  # noqa: E402
 from .scaler import LossScaleError, LossScaler  # noqa: E402
 from .symbolic import (ConversionError, ConversionReport, ConvertedModel,  # noqa: E402
                        SearchResult, ValidationReport, convert, convert_hybrid_block,
@@ -36,13 +35,8 @@ __all__ = [
     "checkpoint",
     "CheckpointError",
     "optim",
-    "MasterParams",
-    "make_master_params",
-    "grads_to_master",
-    "master_to_model",
     "master_weights",
     "multi_precision_trainer",
-    "sgd_momentum_step",
     "symbolic",
     "ConversionError",
     "ConversionReport",

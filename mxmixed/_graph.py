@@ -11,6 +11,7 @@ A graph here is the dict of ``sym.tojson(remove_amp_cast=False)``: ``nodes`` (ea
 import contextlib
 import io
 import json
+import re
 
 import numpy as np
 
@@ -19,9 +20,44 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
 __all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
-           "cast_node", "pin_variable_dtypes", "last_line"]
+           "cast_node", "pin_variable_dtypes", "last_line", "FLOAT16", "FLOAT32", "CAST_OPS",
+           "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
 
-_FLOAT32 = np.dtype(np.float32)
+FLOAT16 = np.dtype(np.float16)
+FLOAT32 = np.dtype(np.float32)
+
+# ---------------------------------------------------------------- op-name lists
+# The casts that MXNet's AMP pass inserts.
+CAST_OPS = ("amp_cast", "amp_multicast")
+# Loss-output ops of the Module API: their label input is unused at inference, where each is
+# its plain activation; their grad_scale multiplies the head gradient in training.
+LOSS_OUTPUT_OPS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
+                   "MAERegressionOutput", "SVMOutput", "MakeLoss")
+# Ops whose inputs 1..4 are gamma, beta, moving mean and moving variance: float32 always
+# (cuDNN and MXNet's type inference require it for float16 data; MXNet issue #17164).
+BATCHNORM_OPS = ("BatchNorm", "BatchNorm_v1", "_contrib_SyncBatchNorm", "CuDNNBatchNorm")
+# Detection ops that a conversion keeps float32 by default. Box coordinates need float32:
+# float16 has a step of 0.25 pixel at 512 and of 0.5 at 1024, and NMS, IoU and matching
+# compare coordinates and scores. Several are in none of MXNet's AMP lists, so its pass leaves
+# their float16 and float32 inputs unmatched.
+DETECTION_OPS = (
+    "_contrib_box_decode",            # SSD / Faster R-CNN: in no AMP list; anchors float32
+    "_contrib_box_encode",            # training targets; in no AMP list
+    "_contrib_box_nms",               # NMS on scores and coordinates (AMP: widest type)
+    "_contrib_box_non_maximum_suppression",
+    "_contrib_box_iou",
+    "_contrib_bipartite_matching",
+    "_contrib_MultiBoxPrior",         # anchors (AMP: float32 list)
+    "_contrib_MultiBoxTarget",
+    "_contrib_MultiBoxDetection",
+    "_contrib_Proposal",              # Faster R-CNN region proposals
+    "_contrib_MultiProposal",
+    "ROIPooling",                     # ROI ops: box coordinates as inputs
+    "_contrib_ROIAlign",
+    "_contrib_RROIAlign",
+    "_contrib_PSROIPooling",
+    "_contrib_DeformablePSROIPooling",
+)
 
 
 class GraphTypeError(TypeError):
@@ -52,10 +88,31 @@ class GraphShapeError(ValueError):
         self.error = error
 
 
-def last_line(err):
-    """The last non-empty line of an error message (MXNet's C++ traceback left out)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else repr(err)
+def last_line(err, limit=400):
+    """MXNet's reason for an error, in one line: the failed check, and the operator it names.
+
+    The C++ location and traceback are left out, and the text is cut at ``limit`` characters.
+
+    Parameters
+    ----------
+    err : Exception
+    limit : int, default 400
+
+    Returns
+    -------
+    str
+    """
+    text = str(err).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else type(err).__name__
+    for marker in ("Check failed: ", "MXNetError: "):
+        if marker in line:
+            line = line.split(marker, 1)[1]
+    line = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", line)
+    operator = re.search(r"Error in operator ([^:\s]+)", text)
+    if operator and operator.group(1) not in line:
+        line = "in operator %s: %s" % (operator.group(1), line)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def graph_json(sym):
@@ -194,7 +251,7 @@ def infer_shapes(sym, shapes, partial=False):
             dict(zip(sym.list_auxiliary_states(), aux)))
 
 
-def var_dtype(node, default=_FLOAT32):
+def var_dtype(node, default=FLOAT32):
     """The dtype a variable node declares with ``__dtype__``, or ``default``."""
     code = node.get("attrs", {}).get("__dtype__")
     if code is None or code == "-1":

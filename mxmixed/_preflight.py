@@ -8,9 +8,11 @@ import os
 import tempfile
 
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
-           "estimate_convert_memory", "check_memory"]
+           "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
+           "EXIT_USAGE", "EXIT_WRITE_FAILED"]
 
-EXIT_USAGE = 2
+# The exit codes of the `mxmixed` commands (their meaning: cli.CONVERT_EPILOG, the README).
+EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 
 
 class CLIError(Exception):

@@ -10,16 +10,14 @@ import os
 import re
 import sys
 
-from ._preflight import (CLIError, check_memory, check_out_prefix, estimate_convert_memory,
+from ._preflight import (EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED, EXIT_WRITE_FAILED,
+                         CLIError, check_memory, check_out_prefix, estimate_convert_memory,
                          prepare_out_dir)
 from ._progress import bars_wanted
 from ._version import __version__
 
 __all__ = ["main", "build_parser", "parse_shape", "EXIT_OK", "EXIT_VALIDATION_FAILED",
            "EXIT_USAGE", "EXIT_WRITE_FAILED"]
-
-# The exit codes of `mxmixed convert`, explained in CONVERT_EPILOG (its --help).
-EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
@@ -117,7 +115,8 @@ def _cmd_info(args):
 
 def _cmd_demo(args):
     prepare_out_dir(args.out)
-    _subcommand("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
+    _subcommand("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed,
+                                          progress=bars_wanted())
     return EXIT_OK
 
 
@@ -256,8 +255,8 @@ def build_parser():
         description="Float16 mixed precision for Apache MXNet 1.9.1 (Gluon and Symbol APIs).")
     parser.add_argument("--version", action="version", version="mxmixed %s" % __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    info = sub.add_parser("info", help="MXNet build, GPUs, float16 support, package layout "
-                                       "and pinned versions")
+    info = sub.add_parser("info", help="MXNet build, GPUs, float16 and bfloat16 support and "
+                                       "pinned versions")
     info.set_defaults(func=_cmd_info)
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")

@@ -15,7 +15,7 @@ takes the same decisions. This module adds what a distributed job needs around t
 
 The launch itself goes through ``python -m mxmixed.launch``, MXNet's own launcher made to run on
 Python 3.9 and later (see :mod:`mxmixed.launch`). A bounded run of a whole local job, for tests
-and examples, is :func:`mxmixed.testing.run_local`.
+and examples, is :func:`mxmixed.tutorial.local_job.run_local`.
 """
 import os
 import sys
@@ -26,7 +26,7 @@ from ._kvstore import init_kvstore, is_distributed, kvstore_name
 __all__ = ["launcher_env", "rank", "num_workers", "is_distributed", "check_launched",
            "announce", "init_kvstore", "save_checkpoint"]
 
-#: The start of the line :func:`announce` prints; :mod:`mxmixed.testing` reads it.
+#: The start of the line :func:`announce` prints; :mod:`mxmixed.tutorial.local_job` reads it.
 ANNOUNCE = "mxmixed-worker"
 
 
@@ -130,7 +130,7 @@ def check_launched(kvstore):
 def announce(kvstore, stream=None):
     """Print one line that ties this worker's launcher task id to its kvstore rank and pid.
 
-    :func:`mxmixed.testing.run_local` reads it to name a dead worker by its rank.
+    :func:`mxmixed.tutorial.local_job.run_local` reads it to name a dead worker by its rank.
 
     Parameters
     ----------

@@ -17,7 +17,7 @@ override it. Other launchers are untouched.
 .. note::
    MXNet's local launcher blocks forever when a worker dies: the tracker raises in a background
    thread and the surviving workers wait for the dead one. Bound local runs with
-   :func:`mxmixed.testing.run_local`, which kills the whole process group and names the
+   :func:`mxmixed.tutorial.local_job.run_local`, which kills the whole process group and names the
    dead worker.
 """
 import os

@@ -12,9 +12,10 @@ Two ways to get it here:
 * :func:`multi_precision_trainer`: a Gluon ``Trainer`` whose optimizer keeps the master copies
   itself (MXNet's ``multi_precision=True``, with the fused ``mp_sgd_mom_update`` kernels for
   SGD); :func:`master_weights` reads them back.
-* the explicit steps of the talk, for teaching: :func:`make_master_params` ("prep"),
-  :func:`grads_to_master`, :func:`sgd_momentum_step` and :func:`master_to_model`. They give
-  bit for bit the weights of MXNet's fused ``mp_sgd_mom_update``.
+* the explicit steps of the talk, for teaching, in :mod:`mxmixed.tutorial.master` (notebook
+  02): ``make_master_params`` ("prep"), ``grads_to_master``, ``sgd_momentum_step`` and
+  ``master_to_model``. They give bit for bit the weights of MXNet's fused
+  ``mp_sgd_mom_update``.
 
 .. note::
    Under AMP (:func:`mxmixed.init`, ``amp.init``) the parameters stay float32 and AMP casts
@@ -31,12 +32,8 @@ from mxnet import gluon
 from mxnet.optimizer import Optimizer
 
 from ._kvstore import kvstore_name
-from ._master import (MasterParams, grads_to_master, make_master_params, master_to_model,
-                      param_list, sgd_momentum_step)
 
-__all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weights",
-           "MasterParams", "make_master_params", "grads_to_master", "master_to_model",
-           "sgd_momentum_step"]
+__all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weights"]
 
 _FLOAT16 = np.dtype(np.float16)
 _FLOAT32 = np.dtype(np.float32)
@@ -56,6 +53,40 @@ _REFUSED = {
     "ccsgd": "'ccsgd' is a deprecated alias of 'sgd'; use 'sgd'",
     "test": "'test' is MXNet's internal test optimizer, not one to train with",
 }
+
+
+def param_list(params, what="params"):
+    """The ``gluon.Parameter`` objects of ``params``, checked: not empty, no name twice.
+
+    Parameters
+    ----------
+    params : gluon.ParameterDict, dict or list of gluon.Parameter
+    what : str
+        The argument's name, for the error messages.
+
+    Returns
+    -------
+    list of gluon.Parameter
+    """
+    if isinstance(params, (gluon.ParameterDict, dict)):
+        items = list(params.values())
+    elif isinstance(params, (list, tuple)):
+        items = list(params)
+    else:
+        raise TypeError("%s must be a ParameterDict (net.collect_params()), a dict or a list of "
+                        "gluon.Parameter, got %s" % (what, type(params).__name__))
+    for p in items:
+        if not isinstance(p, gluon.Parameter):
+            raise TypeError("%s must hold gluon.Parameter objects, got a %s"
+                            % (what, type(p).__name__))
+    if not items:
+        raise ValueError("%s is empty" % what)
+    names = [p.name for p in items]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError("%s holds the same parameter name more than once: %s"
+                         % (what, ", ".join(duplicates)))
+    return items
 
 
 def _supported_list():

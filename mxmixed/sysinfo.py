@@ -1,7 +1,5 @@
-"""What ``mxmixed info`` reports: the MXNet build, the GPUs, float16 and bfloat16 support, the
-package's layers and the versions."""
-import os
-import pkgutil
+"""What ``mxmixed info`` reports: the MXNet build, the GPUs, float16 and bfloat16 support and
+the versions."""
 import platform
 from importlib import metadata
 
@@ -10,20 +8,7 @@ import mxnet as mx
 from . import _state, emulation
 from ._version import __version__
 
-__all__ = ["collect", "format_info", "layout", "LAYERS", "PINNED_PACKAGES"]
-
-LAYERS = (
-    ("aside", ("tutorial", "testing")),
-    ("faces", ("cli", "launch", "sysinfo", "run", "_preflight")),
-    ("upper", ("symbolic", "diagnostics")),
-    ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
-                  "_ckpt_format")),
-    ("numerics", ("emulation", "scaler")),
-    ("bottom", ("_state", "_io", "_graph", "_kvstore", "_finite", "_compat", "_version",
-                "_progress")),
-)
-"""The layers of the package, top first: a module imports only from its layer and those below
-(``.importlinter`` enforces the same layers; ``import mxmixed`` loads nothing of 'aside')."""
+__all__ = ["collect", "format_info", "PINNED_PACKAGES"]
 
 PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
                    "matplotlib", "tqdm", "pytest", "nbval")
@@ -50,24 +35,6 @@ def cpu_has_avx512_bf16():
         return False
 
 
-def layout():
-    """The package's layers with the modules that exist in this install.
-
-    Returns
-    -------
-    list of (str, list of str)
-        ``(layer, modules)`` top first, as in :data:`LAYERS`; modules found in the package but
-        in no layer come last, under ``'unplaced'``.
-    """
-    here = os.path.dirname(os.path.abspath(__file__))
-    present = {m.name for m in pkgutil.iter_modules([here])} - {"__main__"}
-    rows = [(layer, [m for m in modules if m in present]) for layer, modules in LAYERS]
-    placed = {m for _, modules in LAYERS for m in modules}
-    if present - placed:
-        rows.append(("unplaced", sorted(present - placed)))
-    return rows
-
-
 def _bfloat16():
     runs, reason = _state.bfloat16_support()
     if not runs:
@@ -83,7 +50,7 @@ def collect():
     -------
     dict
         Keys ``mxmixed``, ``python``, ``mxnet``, ``build``, ``features``, ``gpus``,
-        ``float16_gemm``, ``emulation``, ``bfloat16``, ``layout`` and ``packages``.
+        ``float16_gemm``, ``emulation``, ``bfloat16`` and ``packages``.
     """
     features = mx.runtime.Features()
     enabled = sorted(name for name in features.keys() if features.is_enabled(name))
@@ -104,7 +71,6 @@ def collect():
         "float16_gemm": gemm,
         "emulation": emulation.describe(),
         "bfloat16": _bfloat16(),
-        "layout": layout(),
         "packages": {name: _version(name) for name in PINNED_PACKAGES},
     }
 
@@ -130,9 +96,7 @@ def format_info(info):
         ("float16 GEMM", info["float16_gemm"]),
         ("CPU emulation", info["emulation"]),
         ("bfloat16 AMP (MXNet)", info["bfloat16"]),
-        ("layers", "top first; each imports only its own layer and those below"),
     ]
-    lines += [("  " + layer, ", ".join(modules) or "-") for layer, modules in info["layout"]]
     lines += [("versions", "of the pinned packages installed")]
     lines += [("  " + name, version) for name, version in info["packages"].items()
               if version is not None]

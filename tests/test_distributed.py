@@ -28,7 +28,7 @@ from mxnet import gluon
 
 import mxmixed
 from mxmixed import distributed, launch, testing
-from mxmixed.testing import DistributedRunError, run_local
+from mxmixed.tutorial.local_job import DistributedRunError, run_local
 from mxmixed.tutorial import digits_cnn
 
 from conftest import ROOT, run_python

@@ -5,7 +5,6 @@ Its loss scaler is MXNet's own (``amp.init_trainer``), used exactly as MXNet doc
 """
 import json
 
-import mxnet as mx
 import numpy as np
 import pytest
 

@@ -16,6 +16,8 @@ from mxnet import autograd, gluon
 import mxmixed
 from mxmixed import emulation, optim
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate, fit
+from mxmixed.tutorial.master import (grads_to_master, make_master_params, master_to_model,
+                                     sgd_momentum_step)
 
 ULP_AT_ONE = 2.0 ** -10          # float16 spacing just above 1.0
 TINY = 2.0 ** -12                # a quarter ulp: lost when added to 1.0 in float16
@@ -64,7 +66,7 @@ def test_explicit_helpers_match_fused_mp_sgd_mom_update_bit_for_bit(rescale, cli
         params.append(_param("p%d" % k, w))
         w16 = mx.nd.array(w, dtype="float16")
         fused.append((w16, w16.astype("float32"), mx.nd.zeros(shape, dtype="float32")))
-    master = optim.make_master_params(params)
+    master = make_master_params(params)
     clip = {} if clip_gradient is None else {"clip_gradient": clip_gradient}
     for _ in range(20):
         for p, (w16, w32, mom) in zip(params, fused):
@@ -72,9 +74,9 @@ def test_explicit_helpers_match_fused_mp_sgd_mom_update_bit_for_bit(rescale, cli
             p.grad()[:] = g
             mx.nd.mp_sgd_mom_update(w16, g, mom, w32, out=w16, lr=lr, momentum=momentum, wd=wd,
                                     rescale_grad=rescale, **clip)
-        optim.grads_to_master(params, master)
-        optim.sgd_momentum_step(master, lr, momentum, wd, rescale, clip_gradient=clip_gradient)
-        optim.master_to_model(master, params)
+        grads_to_master(params, master)
+        sgd_momentum_step(master, lr, momentum, wd, rescale, clip_gradient=clip_gradient)
+        master_to_model(master, params)
     for p, (w16, w32, mom) in zip(params, fused):
         assert not np.array_equal(_bits16(w16), _bits16(mx.nd.zeros(p.shape, dtype="float16")))
         np.testing.assert_array_equal(_bits16(p.data()), _bits16(w16))
@@ -84,7 +86,7 @@ def test_explicit_helpers_match_fused_mp_sgd_mom_update_bit_for_bit(rescale, cli
 
 def test_make_master_params_copies_float16_weights_exactly_into_float32():
     p = _param("w", [1.0, -2.5, 65504.0, 2.0 ** -24])
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     assert master.names == ["w"] and "w" in master and len(master) == 1
     assert master["w"].dtype == np.float32
     np.testing.assert_array_equal(master["w"].asnumpy(), [1.0, -2.5, 65504.0, 2.0 ** -24])
@@ -94,29 +96,29 @@ def test_make_master_params_copies_float16_weights_exactly_into_float32():
 def test_grads_to_master_casts_float16_grads_to_float32():
     p = _param("w", [0.0, 0.0, 0.0])
     p.grad()[:] = mx.nd.array([3.0, 2.0 ** -24, -65504.0], dtype="float16")
-    master = optim.make_master_params([p])
-    optim.grads_to_master([p], master)
+    master = make_master_params([p])
+    grads_to_master([p], master)
     assert master.grads["w"].dtype == np.float32
     np.testing.assert_array_equal(master.grads["w"].asnumpy(), [3.0, 2.0 ** -24, -65504.0])
 
 
 def test_master_to_model_rounds_to_nearest_even_float16():
     p = _param("w", [0.0, 0.0, 0.0])
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     # 1 + 2**-11 is a tie between 1 and 1 + 2**-10: even wins (1.0); just above the tie rounds up.
     master.weights["w"][:] = mx.nd.array([1 + 2.0 ** -11, 1 + 2.0 ** -11 + 2.0 ** -20,
                                           1 + 3 * 2.0 ** -11])
-    optim.master_to_model(master, [p])
+    master_to_model(master, [p])
     np.testing.assert_array_equal(p.data().asnumpy(), [1.0, 1 + ULP_AT_ONE, 1 + 2 * ULP_AT_ONE])
 
 
 def test_sgd_momentum_step_applies_lr_mult_and_wd_mult_like_a_trainer():
     p = _param("w", [1.0, 2.0])
     p.lr_mult, p.wd_mult = 0.5, 0.0
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     p.grad()[:] = mx.nd.array([1.0, -1.0], dtype="float16")
-    optim.grads_to_master([p], master)
-    optim.sgd_momentum_step(master, lr=0.25, momentum=0.0, wd=1.0)
+    grads_to_master([p], master)
+    sgd_momentum_step(master, lr=0.25, momentum=0.0, wd=1.0)
     # effective lr 0.125, no weight decay: w - 0.125 * g
     np.testing.assert_array_equal(master["w"].asnumpy(), [0.875, 2.125])
 
@@ -140,14 +142,14 @@ def test_multi_precision_trainer_keeps_float32_masters_and_matches_explicit_help
         trainer = optim.multi_precision_trainer(
             net.collect_params(), "sgd", {"learning_rate": lr, "momentum": momentum, "wd": wd})
         p16 = _float16_params(net)
-        master = optim.make_master_params(p16)
+        master = make_master_params(p16)
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         for X, y in _digits_batches(3):
             with autograd.record():
                 loss = loss_fn(net(X).astype("float32"), y)
             loss.backward()
-            optim.grads_to_master(p16, master)
-            optim.sgd_momentum_step(master, lr, momentum, wd, rescale_grad=1.0 / batch)
+            grads_to_master(p16, master)
+            sgd_momentum_step(master, lr, momentum, wd, rescale_grad=1.0 / batch)
             trainer.step(batch)
             states = trainer._updaters[0].states
             for index, param in enumerate(trainer._params):
@@ -255,12 +257,12 @@ def test_tiny_update_vanishes_in_float16_trainer_and_accumulates_in_multi_precis
 
 def test_explicit_helpers_keep_a_tiny_update_that_float16_loses():
     p = _param("w", np.ones(4))
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     for _ in range(8):
         p.grad()[:] = mx.nd.full((4,), -1.0, dtype="float16")
-        optim.grads_to_master([p], master)
-        optim.sgd_momentum_step(master, lr=TINY, momentum=0.0)
-        optim.master_to_model(master, [p])
+        grads_to_master([p], master)
+        sgd_momentum_step(master, lr=TINY, momentum=0.0)
+        master_to_model(master, [p])
     np.testing.assert_array_equal(p.data().asnumpy(), np.full(4, 1 + 2.0 ** -9))
 
 
@@ -397,74 +399,74 @@ def test_make_master_params_refuses_float32_param_naming_batchnorm():
     net = digits_cnn(seed=0)
     net.cast("float16")
     with pytest.raises(ValueError, match=r"batchnorm.*is float32, not float16.*BatchNorm"):
-        optim.make_master_params(net.collect_params())
+        make_master_params(net.collect_params())
 
 
 def test_make_master_params_refuses_uninitialized_params():
     p = gluon.Parameter("w", shape=(2,), dtype="float16")
     with pytest.raises(RuntimeError, match="'w' is not initialized"):
-        optim.make_master_params([p])
+        make_master_params([p])
     deferred = gluon.nn.Dense(4, dtype="float16")
     deferred.initialize()
     with pytest.raises(RuntimeError, match="deferred initialization"):
-        optim.make_master_params(deferred.collect_params())
+        make_master_params(deferred.collect_params())
 
 
 def test_make_master_params_refuses_frozen_and_duplicate_params():
     p = _param("w", [1.0])
     p.grad_req = "null"
     with pytest.raises(ValueError, match="grad_req='null'"):
-        optim.make_master_params([p])
+        make_master_params([p])
     q = _param("q", [1.0])
     with pytest.raises(ValueError, match="more than once: q"):
-        optim.make_master_params([q, q])
+        make_master_params([q, q])
 
 
 def test_helpers_refuse_mismatched_names_and_shapes():
     a, b = _param("a", [1.0]), _param("b", [1.0])
-    master = optim.make_master_params([a])
+    master = make_master_params([a])
     with pytest.raises(ValueError, match="missing from params: a; not in master: b"):
-        optim.grads_to_master([b], master)
+        grads_to_master([b], master)
     with pytest.raises(ValueError, match="not in master: b"):
-        optim.master_to_model(master, [a, b])
+        master_to_model(master, [a, b])
     other = _param("a", [1.0, 2.0])
     with pytest.raises(ValueError, match="'a' has shape"):
-        optim.master_to_model(master, [other])
+        master_to_model(master, [other])
 
 
 def test_helpers_refuse_a_param_cast_back_to_float32():
     p = _param("w", [1.0])
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     p.cast("float32")
     with pytest.raises(ValueError, match="'w' is float32, not float16"):
-        optim.grads_to_master([p], master)
+        grads_to_master([p], master)
 
 
 def test_grads_to_master_refuses_a_param_frozen_after_prep():
     p = _param("w", [1.0])
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     p.grad_req = "null"
     with pytest.raises(ValueError, match="'w' has grad_req='null' now"):
-        optim.grads_to_master([p], master)
+        grads_to_master([p], master)
 
 
 def test_helpers_refuse_something_else_than_master_params():
     p = _param("w", [1.0])
     with pytest.raises(TypeError, match="MasterParams"):
-        optim.grads_to_master([p], {"w": mx.nd.ones(1)})
+        grads_to_master([p], {"w": mx.nd.ones(1)})
     with pytest.raises(TypeError, match="MasterParams"):
-        optim.sgd_momentum_step({"w": mx.nd.ones(1)}, 0.1)
+        sgd_momentum_step({"w": mx.nd.ones(1)}, 0.1)
 
 
 def test_sgd_momentum_step_refuses_stale_grads():
     p = _param("w", [1.0])
-    master = optim.make_master_params([p])
+    master = make_master_params([p])
     with pytest.raises(RuntimeError, match="call grads_to_master"):
-        optim.sgd_momentum_step(master, 0.1)
-    optim.grads_to_master([p], master)
-    optim.sgd_momentum_step(master, 0.1)
+        sgd_momentum_step(master, 0.1)
+    grads_to_master([p], master)
+    sgd_momentum_step(master, 0.1)
     with pytest.raises(RuntimeError, match="call grads_to_master"):
-        optim.sgd_momentum_step(master, 0.1)
+        sgd_momentum_step(master, 0.1)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -476,7 +478,7 @@ def test_sgd_momentum_step_refuses_stale_grads():
     ({"lr": "0.1"}, "lr must be a finite number")])
 def test_sgd_momentum_step_refuses_bad_hyperparameters(kwargs, message):
     p = _param("w", [1.0])
-    master = optim.make_master_params([p])
-    optim.grads_to_master([p], master)
+    master = make_master_params([p])
+    grads_to_master([p], master)
     with pytest.raises(ValueError, match=message):
-        optim.sgd_momentum_step(master, **kwargs)
+        sgd_momentum_step(master, **kwargs)

@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from conftest import run_python
-from mxmixed import _state, training
+from mxmixed import _state
 from mxmixed.scaler import LossScaler
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 

@@ -17,7 +17,8 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
-from ._graph import LOSS_OUTPUT_OPS, graph_json, infer_shapes, mxnet_reason
+from .._graph import LOSS_OUTPUT_OPS, last_line
+from ._graph import graph_json, infer_shapes
 
 
 def with_loss_scale(sym, scale):
@@ -90,7 +91,7 @@ class Run:
         except (mx.base.MXNetError, TypeError) as err:
             raise ValueError("the graph cannot run with these inputs (%s): %s"
                              % ({n: tuple(v.shape) for n, v in args.items()
-                                 if n not in params}, mxnet_reason(err))) from None
+                                 if n not in params}, last_line(err))) from None
         self.phase = None
         self._watch = None
         self._error = None
@@ -115,7 +116,7 @@ class Run:
             outs = self.exe.forward(is_train=True)
             mx.nd.waitall()
         except mx.base.MXNetError as err:
-            raise ValueError("the forward pass failed: %s" % mxnet_reason(err)) from None
+            raise ValueError("the forward pass failed: %s" % last_line(err)) from None
         self._raise()
         return outs
 
@@ -129,7 +130,7 @@ class Run:
             self.exe.backward(out_grads=out_grads)
             mx.nd.waitall()
         except mx.base.MXNetError as err:
-            raise ValueError("the backward pass failed: %s" % mxnet_reason(err)) from None
+            raise ValueError("the backward pass failed: %s" % last_line(err)) from None
         self._raise()
 
     def _raise(self):

@@ -13,33 +13,12 @@ from mxnet import gluon
 
 from .. import _graph as graphs
 from .. import emulation
+from .._graph import last_line
 
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
 LABEL = "label"
-LOSS_OUTPUT_OPS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
-                   "MAERegressionOutput", "SVMOutput", "MakeLoss")
 _EMU = re.compile(r"_emu_(in\d+|out\d+|round0|widen0|bias|biasadd0)$")
-
-
-# ---------------------------------------------------------------- errors from MXNet
-def mxnet_reason(err):
-    """The informative line of an MXNet error (its C++ traceback left out).
-
-    Parameters
-    ----------
-    err : Exception
-
-    Returns
-    -------
-    str
-    """
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    for key in ("Error in operator", "Check failed", "Shape inconsistent", "MXNetError"):
-        picked = [line for line in lines if key in line]
-        if picked:
-            return " ".join(picked[-2:])[:600]
-    return (lines[-1] if lines else repr(err))[:600]
 
 
 # ---------------------------------------------------------------- inputs
@@ -116,7 +95,7 @@ def check_initialized(net, X=None):
                 net(X)
         except mx.base.MXNetError as err:
             raise ValueError("the batch does not fit the net (input shape %s): %s"
-                             % (tuple(X.shape), mxnet_reason(err))) from None
+                             % (tuple(X.shape), last_line(err))) from None
     return params
 
 
@@ -148,7 +127,7 @@ def trace(net, loss_fn=None, with_label=False):
     try:
         out = net(data)
     except mx.base.MXNetError as err:
-        raise ValueError("the net could not be traced to a graph: %s" % mxnet_reason(err)) from None
+        raise ValueError("the net could not be traced to a graph: %s" % last_line(err)) from None
     if isinstance(out, (list, tuple)):
         if loss_fn is not None:
             raise ValueError("the net returns %d outputs; a loss_fn needs exactly one" % len(out))
@@ -197,15 +176,15 @@ def infer_shapes(sym, shapes, partial=False):
         found = graphs.infer_shapes(sym, shapes, partial=partial)
     except graphs.GraphShapeError as err:
         raise ValueError("the input shape %s does not fit the graph: %s"
-                         % (_fmt_shapes(shapes), mxnet_reason(err.error))) from None
+                         % (_fmt_shapes(shapes), last_line(err.error))) from None
     if found is None:
         raise ValueError("the input shape %s is not enough to infer the graph's shapes; give "
                          "the shapes of all its inputs %s"
-                         % (_fmt_shapes(shapes), _data_inputs(sym)))
+                         % (_fmt_shapes(shapes), data_inputs(sym)))
     return found
 
 
-def _data_inputs(sym):
+def data_inputs(sym):
     return [n for n in sym.list_arguments()
             if not n.endswith(("_weight", "_bias", "_gamma", "_beta"))]
 
@@ -234,7 +213,7 @@ def normalize_input_shape(sym, input_shape):
     unknown = set(shapes) - set(sym.list_arguments())
     if unknown:
         raise ValueError("input_shape names %s, which the graph does not have (its inputs: %s)"
-                         % (sorted(unknown), _data_inputs(sym)))
+                         % (sorted(unknown), data_inputs(sym)))
     for name, shape in shapes.items():
         if not shape or any(d <= 0 for d in shape):
             raise ValueError("input shape %s for '%s' must have positive dimensions"

@@ -32,11 +32,12 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
-from mxnet.contrib import amp
 
+from .._convert import amp_forced, convert_graph, settle
+from .._graph import load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, check_block, graph_json, is_cast, mxnet_reason,
+from ._graph import (GraphInfo, check_block, data_inputs, graph_json, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]
@@ -201,12 +202,8 @@ def _graphs(net):
     """(float32 graph, AMP graph, trainable names or None) for a net or a Symbol."""
     if isinstance(net, mx.sym.Symbol):
         plain = strip_amp_casts(net)
-        try:
-            amp_graph = amp.convert_symbol(_untyped(plain), target_dtype="float16",
-                                           cast_optional_params=False)
-        except mx.base.MXNetError as err:
-            raise ValueError("mx.contrib.amp.convert_symbol cannot convert this graph for the "
-                             "AMP column: %s" % mxnet_reason(err)) from None
+        amp_graph = convert_graph(_untyped(plain), data_inputs(plain),
+                                  amp_forced(plain)).symbol
         return plain, amp_graph, None
     if not isinstance(net, gluon.Block):
         raise TypeError("memory_report needs a Gluon HybridBlock or an mxnet Symbol, got %s"
@@ -271,59 +268,79 @@ def memory_report(net, input_shape, dtype="float32", optimizer_states=1):
     plain, amp_graph, trainable = _graphs(net)
     shapes = normalize_input_shape(plain, input_shape)
     plain = _untyped(plain)
-    amp_graph = _untyped(amp_graph)
-    half_graph = _float16_graph(plain)
+    graphs = {"float32": plain, "amp": _untyped(amp_graph), "float16": _float16_graph(plain)}
     inputs = set(shapes)
     base = GraphInfo(plain, shapes, {n: data_dtype for n in inputs})
     labels = {n for n in plain.list_arguments() if n not in inputs and n.endswith("label")}
-    arg_names = [n for n in plain.list_arguments() if n not in inputs and n not in labels]
-    aux_names = plain.list_auxiliary_states()
+    params = _param_rows(plain, base, inputs | labels, trainable)
+    lines, activations = [], {}
+    for config in CONFIGS:
+        in_dtype = "float16" if config == "float16" else data_dtype
+        dtypes = {n: in_dtype for n in inputs}
+        dtypes.update({n: "float32" for n in labels})
+        dtypes.update({n: _param_dtype(config, bn) for n, _, _, bn, _ in params})
+        info = _graph_info(graphs[config], shapes, dtypes, config)
+        copies, acts = _activations(info, inputs | labels)
+        rows = _column(config, params, optimizer_states, copies, acts,
+                       [(int(np.prod(shapes[n])), in_dtype) for n in shapes])
+        lines += [MemoryLine(config, item, size, text) for item, (size, text) in rows.items()]
+        activations[config] = acts
+    return MemoryReport(lines, activations, params, optimizer_states, shapes)
+
+
+def _param_rows(plain, base, inputs, trainable):
+    """``(name, elements, trainable, read by BatchNorm, auxiliary)`` of every param and aux."""
     bn_inputs = set()
     for i in base.op_nodes(_BN_OPS):
         for src, _, _ in base.nodes[i]["inputs"][1:]:
             bn_inputs.add(base.nodes[src]["name"])
-    params = []
-    for name in arg_names:
-        size = int(np.prod(base.arg_shapes[name]))
-        params.append((name, size, trainable is None or name in trainable, name in bn_inputs,
-                       False))
-    for name in aux_names:
-        params.append((name, int(np.prod(base.aux_shapes[name])), False, True, True))
+    params = [(name, int(np.prod(base.arg_shapes[name])),
+               trainable is None or name in trainable, name in bn_inputs, False)
+              for name in plain.list_arguments() if name not in inputs]
+    params += [(name, int(np.prod(base.aux_shapes[name])), False, True, True)
+               for name in plain.list_auxiliary_states()]
+    return params
 
-    def param_dtype(config, bn):
-        return "float16" if config == "float16" and not bn else "float32"
 
-    lines, activations = [], {}
-    for config in CONFIGS:
-        graph = {"amp": amp_graph, "float16": half_graph}.get(config, plain)
-        in_dtype = "float16" if config == "float16" else data_dtype
-        dtypes = {n: in_dtype for n in inputs}
-        dtypes.update({n: "float32" for n in labels})
-        dtypes.update({n: param_dtype(config, bn) for n, _, _, bn, _ in params})
-        info = GraphInfo(graph, shapes, dtypes)
-        args = [(n, s, param_dtype(config, bn), t) for n, s, t, bn, is_aux in params
-                if not is_aux]
-        train = [(n, s, d) for n, s, d, t in args if t]
-        aux = [(n, s) for n, s, _, _, is_aux in params if is_aux]
-        rows = OrderedDict()
-        rows["parameters"] = _formula(_by_dtype([(s, d) for _, s, d, _ in args]))
-        rows["gradients"] = _formula(_by_dtype([(s, d) for _, s, d in train]))
-        rows["optimizer states"] = _formula(
-            [(optimizer_states * sum(s for _, s, _ in train), "float32")])
-        rows["master weights"] = _formula(
-            [(sum(s for _, s, d in train if d == "float16"), "float32")])
-        rows["auxiliary states"] = _formula([(sum(s for _, s in aux), "float32")])
-        copies, acts = _activations(info, inputs | labels)
-        rows["weight copies"] = _formula(_by_dtype(copies))
-        rows["activations"] = _formula(_by_dtype([(int(np.prod(shape)), d)
-                                                  for _, _, shape, d, _ in acts]))
-        rows["activations"] = (rows["activations"][0], "%s (%d op outputs)"
-                               % (rows["activations"][1], len(acts)))
-        rows["input batch"] = _formula([(int(np.prod(shapes[n])), in_dtype) for n in shapes])
-        for item, (size, text) in rows.items():
-            lines.append(MemoryLine(config, item, size, text))
-        activations[config] = acts
-    return MemoryReport(lines, activations, params, optimizer_states, shapes)
+def _param_dtype(config, bn):
+    return "float16" if config == "float16" and not bn else "float32"
+
+
+def _column(config, params, optimizer_states, copies, acts, batch):
+    """Bytes and arithmetic of every item of one config's column."""
+    args = [(n, s, _param_dtype(config, bn), t) for n, s, t, bn, is_aux in params
+            if not is_aux]
+    train = [(n, s, d) for n, s, d, t in args if t]
+    aux = [(n, s) for n, s, _, _, is_aux in params if is_aux]
+    rows = OrderedDict()
+    rows["parameters"] = _formula(_by_dtype([(s, d) for _, s, d, _ in args]))
+    rows["gradients"] = _formula(_by_dtype([(s, d) for _, s, d in train]))
+    rows["optimizer states"] = _formula(
+        [(optimizer_states * sum(s for _, s, _ in train), "float32")])
+    rows["master weights"] = _formula(
+        [(sum(s for _, s, d in train if d == "float16"), "float32")])
+    rows["auxiliary states"] = _formula([(sum(s for _, s in aux), "float32")])
+    rows["weight copies"] = _formula(_by_dtype(copies))
+    size, text = _formula(_by_dtype([(int(np.prod(shape)), d) for _, _, shape, d, _ in acts]))
+    rows["activations"] = (size, "%s (%d op outputs)" % (text, len(acts)))
+    rows["input batch"] = _formula(batch)
+    return rows
+
+
+def _graph_info(graph, shapes, dtypes, config):
+    """:class:`GraphInfo` of one column. A graph that casts to float32 itself (gluoncv's
+    Faster R-CNN clips boxes against a ``Cast(float32)``) does not type-check once every
+    param is float16; its float16 column then casts those inputs as a user would have to
+    (:func:`mxmixed._convert.settle`)."""
+    try:
+        return GraphInfo(graph, shapes, dtypes)
+    except TypeError:
+        if config != "float16":
+            raise
+    inputs = set(graph.list_inputs())
+    settled, _, _ = settle(graph_json(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
+                                                      if n in inputs}, {})
+    return GraphInfo(load_graph(settled), shapes, dtypes)
 
 
 def _activations(info, inputs):

@@ -22,12 +22,13 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
+from .._convert import amp_forced, convert_graph
 from .._state import amp_initialized
 from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
 from ._graph import (DATA, LABEL, as_ndarray, base_name, block_paths, check_block,
                      check_has_gradients, check_initialized, has_float16, is_cast, layer_of,
-                     mxnet_reason, split_batch, trace)
+                     split_batch, trace)
 from ._overflow_report import OverflowReport, input_suggestions, suggestions
 
 __all__ = ["find_overflow", "find_overflow_symbol", "OverflowReport", "keep_in_float32"]
@@ -335,10 +336,11 @@ def find_overflow_symbol(sym, inputs, arg_params, aux_params=None, scale=1.0, pr
         and is the head gradient of other outputs.
     precision : {'auto', 'amp', 'as_is'}, default 'auto'
         'auto': a graph with float16 casts or parameters runs as it is; a float32 graph is
-        converted with ``mx.contrib.amp.convert_symbol`` first ('amp').
+        converted to AMP first ('amp'), as ``mxmixed convert`` converts it (detection ops
+        kept float32, inputs cast where MXNet's pass leaves them mismatched).
     excluded_sym_names, fp32_ops : list of str, optional
-        Passed to ``convert_symbol`` (ops moved as by :func:`keep_in_float32`) when AMP is
-        applied here: the way to check a fix.
+        Layers kept float32 and ops moved to float32 (as by :func:`keep_in_float32`) when AMP
+        is applied here: the way to check a fix.
     ctx : mxnet.Context, optional
 
     Returns
@@ -378,17 +380,11 @@ def find_overflow_symbol(sym, inputs, arg_params, aux_params=None, scale=1.0, pr
                              "here (a float32 graph with precision='auto' or 'amp')")
     else:
         lists = keep_in_float32(fp32_ops or [])
-        try:
-            sym = amp.convert_symbol(sym, target_dtype="float16",
-                                     target_dtype_ops=lists["target_precision_ops"],
-                                     fp32_ops=lists["fp32_ops"],
-                                     conditional_fp32_ops=lists["conditional_fp32_ops"],
-                                     excluded_sym_names=list(excluded_sym_names or []),
-                                     data_names=sorted(inputs), cast_optional_params=False)
-        except mx.base.MXNetError as err:
-            raise ValueError("mx.contrib.amp.convert_symbol cannot convert this graph: %s; "
-                             "convert it yourself and pass precision='as_is'"
-                             % mxnet_reason(err)) from None
+        op_lists = {"target_dtype_ops": lists["target_precision_ops"],
+                    "fp32_ops": lists["fp32_ops"],
+                    "conditional_fp32_ops": lists["conditional_fp32_ops"]}
+        sym = convert_graph(sym, sorted(inputs), amp_forced(sym, excluded_sym_names),
+                            op_lists=op_lists).symbol
         mode = "amp"
     grad_names = [n for n in sym.list_arguments() if n not in inputs]
     return _locate(sym, inputs, arg_params, aux_params, grad_names, ctx, scale, mode, None,

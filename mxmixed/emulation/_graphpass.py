@@ -4,9 +4,10 @@ For every emulated operator (see :mod:`mxmixed.emulation._ops`) whose inputs are
 MXNet's own type inference, the pass inserts ``amp_cast`` nodes: float16 inputs are cast to
 float32, the op runs in float32, and each output that was float16 in the original graph is
 cast back to float16. An ``amp_multicast`` fed float16 becomes what it computes: each output
-is its input, cast where the dtype changes (exact, or one rounding). A biased FullyConnected, Convolution or Deconvolution runs without its
-bias; its result is rounded to float16 and the bias is then added in float16 arithmetic (a
-float32 add of float16 values, rounded), the two roundings of MXNet's GPU kernels. Every other
+is its input, cast where the dtype changes (exact, or one rounding). A biased
+FullyConnected, Convolution or Deconvolution runs without its bias; its result is rounded to
+float16 and the bias is then added in float16 arithmetic (a float32 add of float16 values,
+rounded), the two roundings of MXNet's GPU kernels. Every other
 tensor keeps its dtype, so the rewritten graph has the dtypes a GPU run would have. Operators
 whose inputs are float32 are left untouched: a float32 graph comes out unchanged.
 
@@ -26,8 +27,19 @@ __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
 _FLOAT16 = np.dtype(np.float16)
 
 
-def _short(types):
-    return {name: np.dtype(dtype).name for name, dtype in types.items()}
+_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var")
+
+
+def _short(types, shown=4):
+    """Input dtypes for a message: a few names, then a count per dtype."""
+    names = sorted(types, key=lambda n: (n.endswith(_PARAM_SUFFIXES), n))  # data first
+    text = ", ".join("%s: %s" % (n, np.dtype(types[n]).name) for n in names[:shown])
+    if len(names) > shown:
+        rest = {}
+        for n in names[shown:]:
+            rest[np.dtype(types[n]).name] = rest.get(np.dtype(types[n]).name, 0) + 1
+        text += " and %s more" % ", ".join("%d %s" % (k, d) for d, k in sorted(rest.items()))
+    return "{%s}" % text
 
 
 def _truthy(value):
@@ -121,8 +133,9 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
     try:
         types, variables = entry_dtypes(graph, entries, known)
     except GraphTypeError as err:
-        raise TypeError("MXNet's type inference rejects this graph for the input dtypes %s "
-                        "(it would fail on a GPU too): %s" % (_short(known), err.reason)) from None
+        raise TypeError("MXNet's type inference rejects this graph (it would fail on a GPU "
+                        "too): %s; give that op's inputs one dtype (input dtypes: %s)"
+                        % (err.reason, _short(known))) from None
 
     rewrite, multicast = {}, {}
     for i in targets:
@@ -182,7 +195,8 @@ def _rebuild(graph, rewrite, multicast=None):
     """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
 
     Each ``amp_multicast`` node in ``multicast`` (``{output: (input dtype, output dtype)}``)
-    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where the dtype changes.
+    is replaced by what it computes: every output is its input, cast with ``amp_cast`` where
+    the dtype changes.
     """
     multicast = multicast or {}
     new_nodes, where = [], {}

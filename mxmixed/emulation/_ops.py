@@ -118,8 +118,9 @@ SLOW_OPS = {
 # A cast of a float16 value to float32 is exact, and float32 -> float16 rounds once, so
 # casting each input straight to the dtype MXNet's type inference gives its output is exactly
 # the GPU's cast: the NDArray wrapper calls amp_cast per input, and the graph pass replaces
-# the node by those amp_casts (none where the dtype stays), so no oneDNN multicast runs. (amp_cast itself handles float16 <-> float32 on oneDNN; its gap is float64
-# and int64, which AMP never feeds it: see NOT_EMULATED.)
+# the node by those amp_casts (none where the dtype stays), so no oneDNN multicast runs.
+# (amp_cast itself handles float16 <-> float32 on oneDNN; its gap is float64 and int64,
+# which AMP never feeds it: see NOT_EMULATED.)
 AMP_OPS = {
     "amp_multicast": OpSpec("oneDNN kernel has no float16 guard: 'unknown type for MKLDNN :2'",
                             (), None, False, "a cast: exact, or one rounding to float16"),

@@ -12,16 +12,16 @@ from typing import Dict
 import numpy as np
 
 import mxnet as mx
-from mxnet.contrib import amp
 
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32, _last_line
+from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
 from ._probe import _probe, _underflow_layers, _underflow_note
 from ._report import ConversionReport, _build_report
 from ._validation import _batches
-from ._settle import DETECTION_OPS, _param_types_after, _settle
+from .._convert import convert_graph
+from .._graph import DETECTION_OPS
 
 __all__ = ["convert", "ConvertedModel"]
 
@@ -87,40 +87,16 @@ def _closest(name, choices):
 
 
 def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes):
-    """``amp.convert_model`` with ``reasons`` excluded, settled where its graph is not typed.
-
-    The fast path is MXNet's pass with the exclusions. When that fails or its graph does not
-    type-check, the graph is converted without exclusions and :func:`_settle` forces the
-    excluded nodes to float32 and casts mismatched inputs.
-    """
-    data_types = {n: _FLOAT32 for n in data_names}
-    try:
-        new_sym, new_args, new_auxs = amp.convert_model(
-            sym, dict(arg32), dict(aux32), target_dtype=target,
-            excluded_sym_names=sorted(reasons), cast_optional_params=cast_optional)
-        _entry_dtypes(_graph(new_sym), _known_types(new_args, new_auxs, data_types))
-        return new_sym, new_args, new_auxs
-    except (AssertionError, ValueError, mx.base.MXNetError, ConversionError) as err:
-        first = _last_line(err)
-    try:
-        new_sym, new_args, new_auxs = amp.convert_model(
-            sym, dict(arg32), dict(aux32), target_dtype=target, excluded_sym_names=[],
-            cast_optional_params=cast_optional)
-    except (AssertionError, ValueError, mx.base.MXNetError) as err:
-        raise ConversionError("MXNet cannot convert this graph: %s" % _last_line(err)) from None
-    graph = _graph(new_sym)
-    settled, widened, fp32_params = _settle(
-        graph, set(reasons), _param_types_after(graph, new_args, new_auxs), data_types, target)
-    for name in fp32_params:
-        if name in new_args:
-            new_args[name] = arg32[name]
-    for name in widened:
-        reasons.setdefault(name, "inputs must share a dtype")
-    new_sym = mx.sym.load_json(json.dumps(settled))
-    notes.append("MXNet's AMP pass gave a graph that does not type-check (%s); inputs were "
-                 "cast around %d float32 layer(s) and %d op(s) with mixed input dtypes"
-                 % (first, len(reasons) - len(widened), len(widened)))
-    return new_sym, new_args, new_auxs
+    """The one AMP conversion (:func:`mxmixed._convert.convert_graph`), its settling noted."""
+    result = convert_graph(sym, data_names, set(reasons), target, arg32, aux32, cast_optional)
+    if result.settled is not None:
+        for name in result.widened:
+            reasons.setdefault(name, "inputs must share a dtype")
+        notes.append("MXNet's AMP pass gave a graph that does not type-check (%s); inputs were "
+                     "cast around %d float32 layer(s) and %d op(s) with mixed input dtypes"
+                     % (result.settled, len(reasons) - len(result.widened),
+                        len(result.widened)))
+    return result.symbol, result.arg_params, result.aux_params
 
 
 def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),

@@ -170,129 +170,166 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
     start = time.perf_counter()
-    ctx = _default_ctx(ctx)
-    batches = _batches(inputs, batch_size)
-    settings = dict(exclude_layers=list(exclude_layers), exclude_ops=list(exclude_ops),
-                    keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
-                    keep_detection_float32=keep_detection_float32)
-    base = convert(sym, arg_params, aux_params, **settings)
-    names = [name for name, dtype in base.report.layer_dtypes.items() if dtype == "float16"]
-    reference, stats32, acts32 = _probe(sym, arg_params, aux_params, names, batches, ctx,
-                                        progress, "search: float32 run")
-    graph32 = _graph(_inference_graph(sym))
-    cache, skipped, models = {}, [], {}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(desc="search: evaluations", leave=False)
-
-    def convert_with(layers):
-        key = tuple(sorted(layers))
-        if key not in models:
-            models[key] = convert(sym, arg_params, aux_params, searched_layers=list(layers),
-                                  **settings) if layers else base
-        return models[key]
-
-    def record(layers, got):
-        _, err, nonfinite, _ = _compare(reference, got, rule)
-        cache[tuple(sorted(layers))] = math.inf if nonfinite else err
-        if bar is not None:
-            bar.update(1)
-        return cache[tuple(sorted(layers))]
-
-    def error_with(layers):
-        key = tuple(sorted(layers))
-        if key not in cache:
-            try:
-                got = _run(_Runner(convert_with(layers), ctx), batches, False, "")
-            except ConversionError as err:
-                skipped.append((", ".join(layers) if len(layers) < 4
-                                else "%d layers" % len(layers), str(err)))
-                cache[key] = math.inf
-                if bar is not None:
-                    bar.update(1)
-            else:
-                record(layers, got)
-        return cache[key]
-
-    def probe_with(layers):
-        """An evaluation that also measures every candidate's float16 error."""
-        model = convert_with(layers)
-        got, stats, _ = _probe(model.symbol, model.arg_params, model.aux_params, names,
-                               batches, ctx, False, "", reference=acts32)
-        return record(layers, got), _sensitivity(graph32, names, stats32.peak, stats.diff)
-
-    peaks = dict(zip(names, stats32.peak))
-    scores = np.zeros(len(names))
+    ev = _Evaluator(sym, arg_params, aux_params, _batches(inputs, batch_size), _default_ctx(ctx),
+                    rule, progress,
+                    dict(exclude_layers=list(exclude_layers), exclude_ops=list(exclude_ops),
+                         keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
+                         keep_detection_float32=keep_detection_float32))
+    names, peaks = ev.names, dict(zip(ev.names, ev.stats32.peak))
     try:
-        # Greedy rounds, each one instrumented float16 run: keep float32 every layer that
-        # turns finite values into inf or NaN, or the one layer whose added error stands
-        # out (4x the 8th largest). Layers whose float32 output exceeds float16's range
-        # start in the set. When the error is spread over many layers, bisect the ranking.
-        chosen = [name for name in names if peaks[name] > 65504.0]
-        initial = error_with([]) if chosen else None
-        met = False
-        for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
-            try:
-                err, scores = probe_with(chosen)
-            except ConversionError as exc:
-                skipped.append((", ".join(chosen[-3:]), str(exc)))
-                cache[tuple(sorted(chosen))] = math.inf
-                chosen = chosen[:-1]
-                break
-            if initial is None:
-                initial = err
-            if err <= tolerance:
-                met = True
-                break
-            fresh = [k for k in np.argsort(-scores, kind="stable") if names[k] not in chosen]
-            blowups = [names[k] for k in fresh if np.isinf(scores[k])]
-            if blowups:
-                chosen = chosen + blowups
-                continue
-            if not fresh or scores[fresh[0]] <= 0:
-                break
-            crowd = scores[fresh[min(7, len(fresh) - 1)]]
-            if scores[fresh[0]] < 4 * crowd:
-                break
-            chosen = chosen + [names[fresh[0]]]
+        chosen, scores, initial, met = _greedy(ev, tolerance)
         found = len(chosen)
         if not met:
-            ordered = _rank(names, stats32.peak, scores)
-            ordered = chosen + [n for n in ordered if n not in chosen]
-            low, high = len(chosen), len(ordered)
-            while high - low > 1:
-                mid = (low + high) // 2
-                if error_with(ordered[:mid]) <= tolerance:
-                    high = mid
-                else:
-                    low = mid
-            if error_with(ordered[:high]) > tolerance:
-                raise ConversionError("tolerance %.3g cannot be met even with all %d float16 "
-                                      "layers kept float32 (error %.4g)"
-                                      % (tolerance, len(ordered), cache[tuple(sorted(ordered))]))
-            chosen = ordered[:high]
+            chosen = _bisect(ev, chosen + [n for n in _rank(names, ev.stats32.peak, scores)
+                                           if n not in chosen], len(chosen), tolerance)
         if len(chosen) > 1:
-            budget = 2 * found + math.ceil(math.log2(max(len(names), 1))) + 4 - len(cache)
-            chosen = _prune(chosen, error_with, tolerance, max(budget, 0))
+            chosen = _prune(chosen, ev.error_with, tolerance,
+                            max(_bound(len(names), found) - len(ev.cache), 0))
     finally:
-        if bar is not None:
-            bar.close()
-    acts32.clear()  # the float32 activations: free them
-    ordered = chosen + [n for n in _rank(names, stats32.peak, scores) if n not in chosen]
-    ranking = [(name, float(peaks[name])) for name in ordered]
-    tiny, heads = _underflow_layers(names, stats32.peak, reference)
-    model = convert_with(chosen)
+        ev.close()
+    ordered = chosen + [n for n in _rank(names, ev.stats32.peak, scores) if n not in chosen]
+    model = ev.convert_with(chosen)
+    tiny, heads = _underflow_layers(names, ev.stats32.peak, ev.reference)
     if tiny or heads:
-        note = _underflow_note(tiny, heads, reference)
-        for report in {id(base.report): base.report, id(model.report): model.report}.values():
+        note = _underflow_note(tiny, heads, ev.reference)
+        for report in {id(ev.base.report): ev.base.report, id(model.report): model.report}.values():
             report.notes.append(note)
-    n, k = len(names), len(chosen)
-    return SearchResult(list(chosen), float(tolerance), cache[tuple(sorted(chosen))], initial,
-                        len(cache), ranking, model, dict(zip(names, map(float, scores))),
-                        skipped, 2 * k + math.ceil(math.log2(max(n, 1))) + 4,
-                        time.perf_counter() - start, _rule_text(reference, rule))
+    return SearchResult(list(chosen), float(tolerance), ev.cache[tuple(sorted(chosen))], initial,
+                        len(ev.cache), [(name, float(peaks[name])) for name in ordered], model,
+                        dict(zip(names, map(float, scores))), ev.skipped,
+                        _bound(len(names), len(chosen)), time.perf_counter() - start,
+                        _rule_text(ev.reference, rule))
+
+
+def _bound(n, k):
+    """The evaluation bound ``2k + ceil(log2 n) + 4`` for n candidates and k layers found."""
+    return 2 * k + math.ceil(math.log2(max(n, 1))) + 4
+
+
+class _Evaluator:
+    """The search's evaluations: conversions with some layers kept float32, run and compared
+    with the float32 reference. It owns the cache of errors, the converted models, the sets
+    that could not be converted and the progress bar."""
+
+    def __init__(self, sym, arg_params, aux_params, batches, ctx, rule, progress, settings):
+        self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
+        self.batches, self.ctx, self.rule, self.settings = batches, ctx, rule, settings
+        self.base = convert(sym, arg_params, aux_params, **settings)
+        self.names = [name for name, dtype in self.base.report.layer_dtypes.items()
+                      if dtype == "float16"]
+        self.reference, self.stats32, self.acts32 = _probe(
+            sym, arg_params, aux_params, self.names, batches, ctx, progress,
+            "search: float32 run")
+        self.graph32 = _graph(_inference_graph(sym))
+        self.cache, self.skipped, self.models = {}, [], {}
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(desc="search: evaluations", leave=False)
+
+    def convert_with(self, layers):
+        key = tuple(sorted(layers))
+        if key not in self.models:
+            self.models[key] = convert(self.sym, self.arg_params, self.aux_params,
+                                       searched_layers=list(layers),
+                                       **self.settings) if layers else self.base
+        return self.models[key]
+
+    def _record(self, layers, error):
+        self.cache[tuple(sorted(layers))] = error
+        if self.bar is not None:
+            self.bar.update(1)
+        return error
+
+    def _compared(self, layers, got):
+        _, err, nonfinite, _ = _compare(self.reference, got, self.rule)
+        return self._record(layers, math.inf if nonfinite else err)
+
+    def error_with(self, layers):
+        """The error with ``layers`` kept float32 (inf when that cannot be converted)."""
+        key = tuple(sorted(layers))
+        if key not in self.cache:
+            try:
+                got = _run(_Runner(self.convert_with(layers), self.ctx), self.batches, False, "")
+            except ConversionError as err:  # counts as failing
+                self.skipped.append((", ".join(layers) if len(layers) < 4
+                                     else "%d layers" % len(layers), str(err)))
+                self._record(layers, math.inf)
+            else:
+                self._compared(layers, got)
+        return self.cache[key]
+
+    def probe_with(self, layers):
+        """An evaluation that also measures every candidate's float16 error."""
+        model = self.convert_with(layers)
+        got, stats, _ = _probe(model.symbol, model.arg_params, model.aux_params, self.names,
+                               self.batches, self.ctx, False, "", reference=self.acts32)
+        return (self._compared(layers, got),
+                _sensitivity(self.graph32, self.names, self.stats32.peak, stats.diff))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        self.acts32.clear()  # the float32 activations: free them
+
+
+def _greedy(ev, tolerance):
+    """Greedy rounds, each one instrumented float16 run.
+
+    Layers whose float32 output exceeds float16's range start in the set. Each round keeps
+    float32 every layer that turns finite values into inf or NaN, or the one layer whose
+    added error stands out (4x the 8th largest). When the error is spread over many layers
+    the rounds stop and the ranking is bisected.
+
+    Returns
+    -------
+    (list of str, numpy.ndarray, float, bool)
+        The layers chosen, the error each candidate adds, the error with none kept float32,
+        and whether the tolerance was met.
+    """
+    names = ev.names
+    peaks = dict(zip(names, ev.stats32.peak))
+    scores = np.zeros(len(names))
+    chosen = [name for name in names if peaks[name] > 65504.0]
+    initial = ev.error_with([]) if chosen else None
+    for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
+        try:
+            err, scores = ev.probe_with(chosen)
+        except ConversionError as exc:  # the set as grown cannot be converted: one fewer
+            ev.skipped.append((", ".join(chosen[-3:]), str(exc)))
+            ev.cache[tuple(sorted(chosen))] = math.inf
+            return chosen[:-1], scores, initial, False
+        if initial is None:
+            initial = err
+        if err <= tolerance:
+            return chosen, scores, initial, True
+        fresh = [k for k in np.argsort(-scores, kind="stable") if names[k] not in chosen]
+        blowups = [names[k] for k in fresh if np.isinf(scores[k])]
+        if blowups:
+            chosen = chosen + blowups
+            continue
+        if not fresh or scores[fresh[0]] <= 0 or \
+                scores[fresh[0]] < 4 * scores[fresh[min(7, len(fresh) - 1)]]:
+            break
+        chosen = chosen + [names[fresh[0]]]
+    return chosen, scores, initial, False
+
+
+def _bisect(ev, ordered, low, tolerance):
+    """The shortest prefix of ``ordered`` (at least ``low`` long) that meets the tolerance."""
+    high = len(ordered)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if ev.error_with(ordered[:mid]) <= tolerance:
+            high = mid
+        else:
+            low = mid
+    if ev.error_with(ordered[:high]) > tolerance:
+        raise ConversionError("tolerance %.3g cannot be met even with all %d float16 layers "
+                              "kept float32 (error %.4g)"
+                              % (tolerance, len(ordered), ev.cache[tuple(sorted(ordered))]))
+    return ordered[:high]
 
 
 def _prune(chosen, error_with, tolerance, budget):

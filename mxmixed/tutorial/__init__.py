@@ -6,12 +6,13 @@ not, so a user's training loop never loads it. Typical use::
     from mxmixed.tutorial import digits_loaders, digits_cnn, evaluate, train_precision
 
 * :mod:`.data`: scikit-learn's handwritten digits (offline) and CIFAR-10 for those who have it;
+* :mod:`.master`: float32 master weights by hand, the teaching steps of notebook 02;
 * :mod:`.models`: :class:`DigitsCNN`, the small CNN every notebook trains;
 * :mod:`.fit`: Gluon training loops, one code path for float32, AMP and float16;
 * :mod:`.text`: a standard-library docstring corpus and an LSTM language model (notebook 05);
 * :mod:`.demo`: ``mxmixed demo`` (not imported here: ``from mxmixed.tutorial.demo import run_demo``).
 """
-from . import data, models, text
+from . import data, master, models, text
 from .data import SeededSampler, cifar10_loaders, digits_arrays, digits_datasets, digits_loaders
 from .fit import (PRECISIONS, compare_precisions, evaluate, fit, format_comparison,
                   train_epoch, train_precision)
@@ -19,7 +20,7 @@ from .models import DigitsCNN, digits_cnn
 from .text import (BPTTBatches, LSTMLanguageModel, Vocabulary, lstm_lm, stdlib_corpus,
                    train_language_model)
 
-__all__ = ["data", "models", "text",
+__all__ = ["data", "master", "models", "text",
            "digits_arrays", "digits_datasets", "digits_loaders", "SeededSampler",
            "cifar10_loaders",
            "DigitsCNN", "digits_cnn",

@@ -111,22 +111,10 @@ def train_language_model(mode, build_net, batches, steps, learning_rate=2e-3, cl
        The loss block is hybridized, so AMP's graph pass casts the float16 logits to float32
        for ``log_softmax`` (on AMP's float32 list), as on a GPU.
     """
-    if mode not in LM_MODES:
-        raise ValueError("mode must be one of %s, got %r" % (LM_MODES, mode))
-    if not isinstance(batches, BPTTBatches):
-        raise TypeError("batches must be a BPTTBatches, got %s" % type(batches).__name__)
-    _check_int("steps", steps, 1)
-    if measure_every is not None:
-        _check_int("measure_every", measure_every, 1)
-    if clip is not None and not (isinstance(clip, (int, float)) and math.isfinite(clip)
-                                 and clip > 0):
-        raise ValueError("clip must be positive and finite, or None; got %r" % (clip,))
-    if scaler is not None and mode != "float16-scaled":
-        raise ValueError("a scaler applies to mode 'float16-scaled' only, not %r" % (mode,))
+    _check_lm_arguments(mode, batches, steps, measure_every, clip, scaler)
     ctx = ctx or mx.cpu()
     loss_fn = TokenCrossEntropyLoss()
     loss_fn.hybridize()  # AMP's graph pass then casts the logits to float32 for log_softmax
-    tokens = batches.seq_len * batches.batch_size
     result = {"mode": mode, "losses": [], "measured_steps": [], "underflow_params": [],
               "underflow_activations": [], "scales": [] if mode != "float32" else None}
     measure_at = set() if measure_every is None else \
@@ -152,43 +140,76 @@ def train_language_model(mode, build_net, batches, steps, learning_rate=2e-3, cl
                 states = net.begin_state(batches.batch_size, ctx=ctx)
             X, y = mx.nd.array(x_np, ctx=ctx), mx.nd.array(y_np, ctx=ctx)
             started = time.perf_counter()
-            states = _detach(states)
-            with autograd.record():
-                logits, states = net(X, *states)
-                loss = loss_fn(logits, y).mean()
-                if loss_scaler is not None:
-                    result["scales"].append(loss_scaler.loss_scale)
-                    with scale_loss(loss, trainer) as scaled:
-                        scaled.backward()
-                else:
-                    loss.backward()
-            if clip is not None:
-                if loss_scaler is not None:
-                    clip_global_norm(trainer, clip)
-                else:
-                    gluon.utils.clip_global_norm([p.grad(ctx) for p in params], clip)
-            step(trainer, 1)
-            value = float(loss.astype("float32").asscalar())
+            if loss_scaler is not None:
+                result["scales"].append(loss_scaler.loss_scale)
+            value, states = _train_step(net, loss_fn, X, y, _detach(states), trainer,
+                                        loss_scaler is not None, clip, params, ctx)
             seconds += time.perf_counter() - started
             result["losses"].append(value)
             if i in measure_at:
                 scale = loss_scaler.loss_scale if mode == "float16-scaled" else 1.0
-                grads = collect_gradients(net, (X, y), loss_fn=loss_fn, activations=True,
-                                          ctx=ctx)
-                # collect_gradients gives the gradient of the summed token losses; the run
-                # back-propagates their mean, so its float16 values are these / tokens * scale
-                weights = {n: g for n, g in grads.items() if not n.endswith(ACTIVATION_MARK)}
-                acts = {n: g for n, g in grads.items() if n in activation_keys}
-                if len(acts) != len(activation_keys):
-                    raise RuntimeError("activation gradients %s not found among %s"
-                                       % (sorted(set(activation_keys) - set(acts)), list(grads)))
+                params_share, acts_share = _underflow_shares(
+                    net, (X, y), loss_fn, activation_keys,
+                    scale / (batches.seq_len * batches.batch_size), ctx)
                 result["measured_steps"].append(i)
-                result["underflow_params"].append(
-                    gradient_stats(weights, scale / tokens).total.underflow)
-                result["underflow_activations"].append(
-                    gradient_stats(acts, scale / tokens).total.underflow)
+                result["underflow_params"].append(params_share)
+                result["underflow_activations"].append(acts_share)
             bar.update(1)
         bar.close()
     result.update(skipped=loss_scaler.skipped_steps if loss_scaler is not None else 0,
                   seconds=seconds, net=net, trainer=trainer)
     return result
+
+
+def _train_step(net, loss_fn, X, y, states, trainer, scaled_loss, clip, params, ctx):
+    """One step: the mean token loss, backward (scaled under a loss scaler), clip, update.
+
+    Returns the loss (float) and the carried states.
+    """
+    with autograd.record():
+        logits, states = net(X, *states)
+        loss = loss_fn(logits, y).mean()
+        if scaled_loss:
+            with scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+    if clip is not None:
+        if scaled_loss:
+            clip_global_norm(trainer, clip)
+        else:
+            gluon.utils.clip_global_norm([p.grad(ctx) for p in params], clip)
+    step(trainer, 1)
+    return float(loss.astype("float32").asscalar()), states
+
+
+def _check_lm_arguments(mode, batches, steps, measure_every, clip, scaler):
+    if mode not in LM_MODES:
+        raise ValueError("mode must be one of %s, got %r" % (LM_MODES, mode))
+    if not isinstance(batches, BPTTBatches):
+        raise TypeError("batches must be a BPTTBatches, got %s" % type(batches).__name__)
+    _check_int("steps", steps, 1)
+    if measure_every is not None:
+        _check_int("measure_every", measure_every, 1)
+    if clip is not None and not (isinstance(clip, (int, float)) and math.isfinite(clip)
+                                 and clip > 0):
+        raise ValueError("clip must be positive and finite, or None; got %r" % (clip,))
+    if scaler is not None and mode != "float16-scaled":
+        raise ValueError("a scaler applies to mode 'float16-scaled' only, not %r" % (mode,))
+
+
+def _underflow_shares(net, batch, loss_fn, activation_keys, scale, ctx):
+    """Shares of the parameter and of the activation gradients that round to zero in float16.
+
+    ``collect_gradients`` gives the gradient of the summed token losses; the run
+    back-propagates their mean, so its float16 values are these times ``scale`` (the loss
+    scale over the number of tokens).
+    """
+    grads = collect_gradients(net, batch, loss_fn=loss_fn, activations=True, ctx=ctx)
+    weights = {n: g for n, g in grads.items() if not n.endswith(ACTIVATION_MARK)}
+    acts = {n: g for n, g in grads.items() if n in activation_keys}
+    if len(acts) != len(activation_keys):
+        raise RuntimeError("activation gradients %s not found among %s"
+                           % (sorted(set(activation_keys) - set(acts)), list(grads)))
+    return (gradient_stats(weights, scale).total.underflow,
+            gradient_stats(acts, scale).total.underflow)

@@ -1,11 +1,11 @@
-"""A bounded, always cleaned-up run of a local distributed job: the test harness.
+"""A bounded, always cleaned-up run of a local distributed job (notebook 08, the examples, tests).
 
 MXNet's local tracker blocks forever when a worker dies (it raises in a background thread while
 the other workers wait for the dead one). :func:`run_local` runs ``python -m mxmixed.launch``
 in a new session, watches the launcher's output, kills the whole process group and raises
 :class:`DistributedRunError`, naming the dead worker, within its timeout.
 
-This module is for tests, examples and notebooks; it is not part of ``mxmixed.__all__`` and
+This module is for notebooks, examples and tests; ``import mxmixed`` does not load it and
 training code does not need it. It reads ``/proc`` (Linux) to list a job's processes.
 """
 import os
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from .distributed import ANNOUNCE
+from ..distributed import ANNOUNCE
 
 __all__ = ["DistributedRunError", "LaunchResult", "launch_command", "run_local",
            "job_processes"]
@@ -275,48 +275,24 @@ def run_local(command, num_workers=2, num_servers=1, timeout=300, env=None, cwd=
     """
     if timeout <= 0:
         raise ValueError("timeout must be positive, got %r" % (timeout,))
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    full_env.setdefault("OMP_NUM_THREADS",
-                        str(max(1, (os.cpu_count() or 1) // (num_workers + num_servers))))
-    full_env.setdefault("PYTHONUNBUFFERED", "1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, full_env.get("PYTHONPATH")) if p)
     cmd = launch_command(command, num_workers, num_servers)
     with tempfile.TemporaryFile(mode="w+b") as log:
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=full_env, cwd=cwd, start_new_session=True)
+                                env=_job_env(env, num_workers + num_servers), cwd=cwd,
+                                start_new_session=True)
         pgid = proc.pid
-        chunks, read_at, partial = [], 0, [""]
-
-        def read_new():
-            nonlocal read_at
-            log.seek(read_at)
-            data = log.read()
-            read_at += len(data)
-            if data:
-                text = data.decode("utf-8", "replace")
-                chunks.append(text)
-                if echo is not None:  # whole lines; the tracker's dump of the environment is cut
-                    lines = (partial[0] + text).split("\n")
-                    partial[0] = lines.pop()
-                    if lines:
-                        echo.write("".join(_cut(line) + "\n" for line in lines))
-                        echo.flush()
-            return "".join(chunks)
-
+        reader = _LogReader(log, echo)
         try:
             while True:
                 returncode = proc.poll()
-                output = read_new()
+                output = reader.read()
                 dead = _find_death(output)
                 elapsed = time.monotonic() - start
                 if dead is not None:
                     _kill_group(pgid)
                     proc.wait()
-                    output = read_new()
+                    output = reader.read()
                     raise DistributedRunError(
                         "distributed job failed after %.1f s: %s %s; killed the "
                         "remaining processes of the job (process group %d).\n--- last output "
@@ -325,7 +301,7 @@ def run_local(command, num_workers=2, num_servers=1, timeout=300, env=None, cwd=
                                      _tail(output)), output, dead)
                 if returncode is not None:
                     _kill_group(pgid)  # stray processes the launcher left behind, if any
-                    output = read_new()
+                    output = reader.read()
                     if returncode != 0:
                         raise DistributedRunError(
                             "the launcher %s after %.1f s.\n--- last output ---\n%s"
@@ -333,18 +309,7 @@ def run_local(command, num_workers=2, num_servers=1, timeout=300, env=None, cwd=
                             output)
                     return LaunchResult(output, elapsed, cmd)
                 if elapsed > timeout:
-                    alive = job_processes(pgid=pgid)
-                    _kill_group(pgid)
-                    proc.wait()
-                    output = read_new()
-                    names = ", ".join(
-                        "%s%s (pid %d)" % (p["role"] or "launcher",
-                                           "" if p["task_id"] is None else " " + p["task_id"],
-                                           p["pid"]) for p in alive) or "?"
-                    raise DistributedRunError(
-                        "distributed job timed out after %.0f s; killed its process group %d, "
-                        "still running were: %s.\n--- last output ---\n%s"
-                        % (timeout, pgid, names, _tail(output)), output)
+                    raise _timed_out(proc, pgid, timeout, reader)
                 time.sleep(poll)
         finally:
             if proc.poll() is None:
@@ -352,6 +317,61 @@ def run_local(command, num_workers=2, num_servers=1, timeout=300, env=None, cwd=
                 proc.wait()
             else:
                 _kill_group(pgid, grace=0.5)
-            if echo is not None and partial[0]:
-                echo.write(_cut(partial[0]) + "\n")
-                echo.flush()
+            reader.close()
+
+
+def _job_env(env, processes):
+    """This process's environment with ``env``, one thread share per process, unbuffered
+    output, and this package importable."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(package)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, full_env.get("PYTHONPATH")) if p)
+    return full_env
+
+
+class _LogReader:
+    """The job's output so far, read from its log file; whole new lines copied to ``echo``
+    (the tracker's dump of the environment cut short)."""
+
+    def __init__(self, log, echo):
+        self.log, self.echo = log, echo
+        self.chunks, self.read_at, self.partial = [], 0, ""
+
+    def read(self):
+        self.log.seek(self.read_at)
+        data = self.log.read()
+        self.read_at += len(data)
+        if data:
+            text = data.decode("utf-8", "replace")
+            self.chunks.append(text)
+            if self.echo is not None:
+                lines = (self.partial + text).split("\n")
+                self.partial = lines.pop()
+                if lines:
+                    self.echo.write("".join(_cut(line) + "\n" for line in lines))
+                    self.echo.flush()
+        return "".join(self.chunks)
+
+    def close(self):
+        if self.echo is not None and self.partial:
+            self.echo.write(_cut(self.partial) + "\n")
+            self.echo.flush()
+
+
+def _timed_out(proc, pgid, timeout, reader):
+    """Kill a job past its timeout; the error names what was still running."""
+    alive = job_processes(pgid=pgid)
+    _kill_group(pgid)
+    proc.wait()
+    output = reader.read()
+    names = ", ".join("%s%s (pid %d)" % (p["role"] or "launcher",
+                                         "" if p["task_id"] is None else " " + p["task_id"],
+                                         p["pid"]) for p in alive) or "?"
+    return DistributedRunError(
+        "distributed job timed out after %.0f s; killed its process group %d, still running "
+        "were: %s.\n--- last output ---\n%s" % (timeout, pgid, names, _tail(output)), output)

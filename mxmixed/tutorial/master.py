@@ -1,8 +1,9 @@
 """The explicit steps of multi-precision training, for teaching: float32 master copies by hand.
 
 :func:`make_master_params` ("prep"), :func:`grads_to_master`, :func:`sgd_momentum_step` and
-:func:`master_to_model` give bit for bit the weights of MXNet's fused ``mp_sgd_mom_update``.
-Re-exported by :mod:`mxmixed.optim`, which documents them.
+:func:`master_to_model` give bit for bit the weights of MXNet's fused ``mp_sgd_mom_update``
+(notebook 02). For training, use :func:`mxmixed.optim.multi_precision_trainer`, which keeps
+the master copies inside the optimizer.
 """
 import math
 from collections import OrderedDict
@@ -10,34 +11,14 @@ from collections import OrderedDict
 import numpy as np
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import autograd
+
+from ..optim import param_list
 
 __all__ = ["MasterParams", "make_master_params", "grads_to_master", "master_to_model",
            "sgd_momentum_step"]
 
 _FLOAT16 = np.dtype(np.float16)
-
-
-def param_list(params, what="params"):
-    if isinstance(params, (gluon.ParameterDict, dict)):
-        items = list(params.values())
-    elif isinstance(params, (list, tuple)):
-        items = list(params)
-    else:
-        raise TypeError("%s must be a ParameterDict (net.collect_params()), a dict or a list of "
-                        "gluon.Parameter, got %s" % (what, type(params).__name__))
-    for p in items:
-        if not isinstance(p, gluon.Parameter):
-            raise TypeError("%s must hold gluon.Parameter objects, got a %s"
-                            % (what, type(p).__name__))
-    if not items:
-        raise ValueError("%s is empty" % what)
-    names = [p.name for p in items]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError("%s holds the same parameter name more than once: %s"
-                         % (what, ", ".join(duplicates)))
-    return items
 
 
 class MasterParams:
@@ -140,19 +121,19 @@ def make_master_params(params):
     >>> import mxnet as mx
     >>> from mxnet import autograd, gluon
     >>> import mxmixed
-    >>> from mxmixed import optim
+    >>> from mxmixed.tutorial import master as teach
     >>> net = gluon.nn.Dense(10, in_units=64)
     >>> net.initialize()
     >>> net.cast("float16")
     >>> params = list(net.collect_params().values())
-    >>> master = optim.make_master_params(params)      # float32 copies of the weights
+    >>> master = teach.make_master_params(params)      # float32 copies of the weights
     >>> with mxmixed.emulation.emulated():
     ...     with autograd.record():
     ...         loss = net(mx.nd.ones((4, 64), dtype="float16")).sum()
     ...     loss.backward()
-    >>> optim.grads_to_master(params, master)           # float16 grads -> float32
-    >>> optim.sgd_momentum_step(master, lr=0.1)         # update the float32 copies
-    >>> optim.master_to_model(master, params)           # round them into the float16 weights
+    >>> teach.grads_to_master(params, master)           # float16 grads -> float32
+    >>> teach.sgd_momentum_step(master, lr=0.1)         # update the float32 copies
+    >>> teach.master_to_model(master, params)           # round them into the float16 weights
     >>> net.weight.data().dtype.__name__, len(master)
     ('float16', 2)
     """
@@ -227,17 +208,17 @@ def grads_to_master(params, master):
     >>> import mxnet as mx
     >>> from mxnet import autograd, gluon
     >>> import mxmixed
-    >>> from mxmixed import optim
+    >>> from mxmixed.tutorial import master as teach
     >>> net = gluon.nn.Dense(2, in_units=4)
     >>> net.initialize()
     >>> net.cast("float16")
     >>> params = list(net.collect_params().values())
-    >>> master = optim.make_master_params(params)
+    >>> master = teach.make_master_params(params)
     >>> with mxmixed.emulation.emulated():
     ...     with autograd.record():
     ...         loss = net(mx.nd.ones((1, 4), dtype="float16")).sum()
     ...     loss.backward()
-    >>> optim.grads_to_master(params, master)
+    >>> teach.grads_to_master(params, master)
     """
     for p in _matched(params, master):
         if p.grad_req == "null":
@@ -276,13 +257,13 @@ def master_to_model(master, params):
 
     >>> import mxnet as mx
     >>> from mxnet import gluon
-    >>> from mxmixed import optim
+    >>> from mxmixed.tutorial import master as teach
     >>> net = gluon.nn.Dense(2, in_units=4)
     >>> net.initialize()
     >>> net.cast("float16")
     >>> params = list(net.collect_params().values())
-    >>> master = optim.make_master_params(params)
-    >>> optim.master_to_model(master, params)     # float32 masters rounded into the model
+    >>> master = teach.make_master_params(params)
+    >>> teach.master_to_model(master, params)     # float32 masters rounded into the model
     >>> net.weight.data().dtype.__name__
     'float16'
     """
@@ -361,18 +342,18 @@ def sgd_momentum_step(master, lr, momentum=0.9, wd=0.0, rescale_grad=1.0, clip_g
     >>> import mxnet as mx
     >>> from mxnet import autograd, gluon
     >>> import mxmixed
-    >>> from mxmixed import optim
+    >>> from mxmixed.tutorial import master as teach
     >>> net = gluon.nn.Dense(2, in_units=4)
     >>> net.initialize()
     >>> net.cast("float16")
     >>> params = list(net.collect_params().values())
-    >>> master = optim.make_master_params(params)
+    >>> master = teach.make_master_params(params)
     >>> with mxmixed.emulation.emulated():
     ...     with autograd.record():
     ...         loss = net(mx.nd.ones((1, 4), dtype="float16")).sum()
     ...     loss.backward()
-    >>> optim.grads_to_master(params, master)
-    >>> optim.sgd_momentum_step(master, lr=0.1, momentum=0.9)
+    >>> teach.grads_to_master(params, master)
+    >>> teach.sgd_momentum_step(master, lr=0.1, momentum=0.9)
     """
     _check_master(master)
     _check_number("lr", lr, low=0, low_open=True)

@@ -1,0 +1,319 @@
+"""The one AMP conversion of a Symbol graph: MXNet's pass, then settling where it fails.
+
+Both :mod:`mxmixed.symbolic` (``convert``, the search, ``mxmixed convert``) and
+:mod:`mxmixed.diagnostics` (the overflow locator, the memory report) convert graphs here, so a
+graph that one of them can convert, the other can too.
+
+MXNet 1.9.1's AMP pass (``amp.convert_model`` / ``amp.convert_symbol``) leaves two kinds of
+graphs that do not type-check, so that the conversion fails or the converted model cannot run:
+
+* ops that are in none of its lists and take several floating inputs, such as
+  ``_contrib_box_decode`` in SSD: the box predictions come out of a float16 convolution, the
+  anchors stay float32 ("Incompatible attr in node ..._box_decode0 at 1-th input");
+* excluded layers that feed a ``Concat`` or an elementwise add next to float16 branches
+  (Inception's "Non-uniform data type in Concat"); MXNet's pass fails on them itself.
+
+:func:`convert_graph` runs MXNet's pass with the exclusions. When that fails or its graph does
+not type-check, it converts without exclusions and :func:`settle` walks the graph in order,
+asks MXNet's own type inference about one node at a time, and where a node's inputs do not fit
+together it casts them: up to float32 for most ops (the widest type, as ``amp_multicast``
+does), down to float16 for the ops of MXNet's float16 list (Convolution, FullyConnected, ...).
+Nodes named in ``forced`` always compute in float32, with float32 weights. The fast path, a
+graph that already type-checks, is never touched.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import numpy as np
+
+import mxnet as mx
+from mxnet.contrib import amp
+
+from . import _graph as graphs
+from ._graph import FLOAT16, FLOAT32
+
+__all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
+           "param_types_after"]
+
+
+class ConversionError(ValueError):
+    """A bad input to a conversion (files, graph, params or options), as one readable line."""
+
+
+@dataclass
+class AmpGraph:
+    """The result of :func:`convert_graph`.
+
+    Attributes
+    ----------
+    symbol : mxnet.symbol.Symbol
+        The converted graph, with its ``amp_cast`` nodes.
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray
+        The params as the converted graph stores them (empty for a graph converted alone).
+    widened : list of str
+        Nodes, not forced, whose inputs were cast up to float32 because they did not match.
+    settled : str or None
+        None on MXNet's own path; else why settling was needed (MXNet's reason, one line).
+    """
+
+    symbol: mx.sym.Symbol
+    arg_params: Dict[str, mx.nd.NDArray] = field(repr=False)
+    aux_params: Dict[str, mx.nd.NDArray] = field(repr=False)
+    widened: List[str] = field(default_factory=list)
+    settled: str = None
+
+
+def amp_forced(sym, excluded=()):
+    """The nodes a default conversion keeps float32: ``excluded`` and every detection op.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+    excluded : sequence of str
+        Layer names kept float32 on request.
+
+    Returns
+    -------
+    set of str
+    """
+    nodes = graphs.graph_json(sym)["nodes"]
+    return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in graphs.DETECTION_OPS}
+
+
+def _floating(dtype):
+    return dtype is not None and np.issubdtype(dtype, np.floating)
+
+
+def _node_types(node, in_types, n_out):
+    """Output dtypes of ``node`` given input dtypes, from MXNet's inference (or None)."""
+    nodes = [{"op": "null", "name": "in%d" % k, "inputs": []} for k in range(len(in_types))]
+    nodes.append({"op": node["op"], "name": node["name"], "attrs": node.get("attrs", {}),
+                  "inputs": [[k, 0, 0] for k in range(len(in_types))]})
+    graph = {"nodes": nodes, "arg_nodes": list(range(len(in_types))),
+             "heads": [[len(in_types), j, 0] for j in range(n_out)],
+             "attrs": {"mxnet_version": ["int", 10901]}}
+    known = {"in%d" % k: t for k, t in enumerate(in_types) if t is not None}
+    try:
+        _, outs, _ = graphs.infer_types(graphs.load_graph(graph), known)
+    except (graphs.GraphTypeError, mx.base.MXNetError):
+        return None
+    return outs
+
+
+def _fp32_params(nodes, forced, param_types):
+    """Params read only by forced nodes (directly or through one amp_cast): they stay float32."""
+    consumers = {}
+    for j, node in enumerate(nodes):
+        for src, _, _ in node["inputs"]:
+            consumers.setdefault(src, set()).add(j)
+    kept = set()
+    for i, node in enumerate(nodes):
+        if node["op"] != "null" or node["name"] not in param_types:
+            continue
+        readers = set()
+        for j in consumers.get(i, set()):
+            readers |= consumers.get(j, set()) if nodes[j]["op"] == "amp_cast" else {j}
+        if readers and all(nodes[j]["name"] in forced for j in readers):
+            kept.add(node["name"])
+    return kept
+
+
+def _output_counts(graph):
+    n_out = {}
+    for node in graph["nodes"]:
+        for src, out, _ in node["inputs"]:
+            n_out[src] = max(n_out.get(src, 1), out + 1)
+    for src, out, _ in graph["heads"]:
+        n_out[src] = max(n_out.get(src, 1), out + 1)
+    return n_out
+
+
+class _Settler:
+    """The state of one :func:`settle` walk: the new nodes, their dtypes and the casts made."""
+
+    def __init__(self, lp16):
+        self.nodes, self.types, self.casts, self.widened = [], {}, {}, []
+        self.lp16 = lp16
+
+    def add(self, node, out_types):
+        self.nodes.append(node)
+        for j, t in enumerate(out_types):
+            self.types[(len(self.nodes) - 1, j)] = t
+        return len(self.nodes) - 1
+
+    def cast(self, entry, dtype):
+        key = (entry, np.dtype(dtype).name)
+        if key not in self.casts:
+            name = "%s_settle_%s" % (self.nodes[entry[0]]["name"], key[1])
+            self.casts[key] = (self.add(graphs.cast_node(name, dtype, entry), [dtype]), 0)
+        return self.casts[key]
+
+    def fit(self, node, entries, forced, n_out):
+        """Entries (cast where needed) and output dtypes for ``node``; None if nothing fits."""
+        if node["name"] in forced:
+            entries = [self.cast(e, FLOAT32) if self.types.get(e) == FLOAT16 else e
+                       for e in entries]
+        outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
+        if outs is None and node["name"] not in forced:
+            floats = {self.types[e].name for e in entries if _floating(self.types.get(e))}
+            if node["op"] in self.lp16:
+                entries = [self.cast(e, FLOAT16) if _floating(self.types.get(e))
+                           and self.types.get(e) != FLOAT16 else e for e in entries]
+            else:
+                entries = [self.cast(e, FLOAT32) if self.types.get(e) == FLOAT16 else e
+                           for e in entries]
+                if len(floats) > 1:
+                    self.widened.append(node["name"])
+            outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
+        if outs is None:
+            dtypes = sorted({self.types[e].name if self.types.get(e) is not None else "?"
+                             for e in entries})
+            raise ConversionError("cannot give node %r (%s) inputs of one dtype (it gets %s)"
+                                  % (node["name"], node["op"], ", ".join(dtypes)))
+        return entries, outs
+
+
+def settle(graph, forced, param_types, data_types, target="float16"):
+    """Rewrite ``graph`` (converted JSON) so that every node type-checks.
+
+    Parameters
+    ----------
+    graph : dict
+        The converted graph, with its ``amp_cast`` nodes.
+    forced : set of str
+        Node names that must compute in float32.
+    param_types : dict of str to numpy.dtype
+        Dtype of every param (as stored after the conversion).
+    data_types : dict of str to numpy.dtype
+        Dtype of every data input.
+    target : str, default 'float16'
+
+    Returns
+    -------
+    graph : dict
+        The new graph.
+    widened : list of str
+        Nodes (not forced) whose inputs were cast up to float32 because they did not match.
+    fp32_params : set of str
+        Params that only forced nodes use: store them float32.
+    """
+    nodes = graph["nodes"]
+    n_out = _output_counts(graph)
+    fp32_params = _fp32_params(nodes, forced, param_types)
+    walk = _Settler(set(amp.list_lp16_ops(target)))
+    where = {}
+    for i, node in enumerate(nodes):
+        node = dict(node)
+        if node["op"] == "null":
+            name = node["name"]
+            if name in fp32_params:
+                dtype = FLOAT32
+                node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(FLOAT32))
+            else:
+                dtype = np.dtype(param_types.get(name, data_types.get(name, FLOAT32)))
+            where[i] = walk.add(node, [dtype])
+            continue
+        entries = [(where[src], out) for src, out, _ in node["inputs"]]
+        if node["op"] == "amp_cast" and nodes[node["inputs"][0][0]]["name"] in fp32_params:
+            where[i] = entries[0][0]  # a float16 cast of a param kept float32: pass it through
+            continue
+        entries, outs = walk.fit(node, entries, forced, n_out.get(i, 1))
+        node["inputs"] = [[s, o, 0] for s, o in entries]
+        where[i] = walk.add(node, outs)
+    heads = [[where[src], out, 0] for src, out, _ in graph["heads"]]
+    new_graph = {"nodes": walk.nodes, "heads": heads, "attrs": graph.get("attrs", {}),
+                 "arg_nodes": [j for j, n in enumerate(walk.nodes) if n["op"] == "null"]}
+    return new_graph, walk.widened, fp32_params
+
+
+def param_types_after(graph, arg_params, aux_params):
+    """Stored dtype of each param: its ``__dtype__`` in the converted graph, else its own."""
+    declared = {node["name"]: graphs.var_dtype(node, None) for node in graph["nodes"]
+                if node["op"] == "null"}
+    out = {}
+    for params in (arg_params, aux_params):
+        for name, value in params.items():
+            dtype = declared.get(name)
+            out[name] = np.dtype(value.dtype) if dtype is None else dtype
+    return out
+
+
+def _amp_pass(sym, target, excluded, data_names, params, cast_optional, op_lists):
+    """MXNet's pass: ``convert_model`` with params, ``convert_symbol`` without."""
+    if params is None:
+        converted = amp.convert_symbol(sym, target_dtype=target, excluded_sym_names=excluded,
+                                       data_names=list(data_names), cast_optional_params=False,
+                                       **(op_lists or {}))
+        return converted, {}, {}
+    args, auxs = params
+    return amp.convert_model(sym, dict(args), dict(auxs), target_dtype=target,
+                             excluded_sym_names=excluded, cast_optional_params=cast_optional,
+                             **(op_lists or {}))
+
+
+def _types_check(sym, known):
+    graph = graphs.graph_json(sym)
+    graphs.entry_dtypes(graph, graphs.consumed_entries(graph), known)
+
+
+def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
+                  aux_params=None, cast_optional_params=False, op_lists=None):
+    """Convert a float32 graph to AMP, settled where MXNet's pass leaves it untyped.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+        The float32 graph.
+    data_names : sequence of str
+        Its data inputs (float32).
+    forced : collection of str
+        Node names that must compute in float32 (excluded layers, detection ops).
+    target : str, default 'float16'
+        'float16' or 'bfloat16'.
+    arg_params, aux_params : dict of str to mxnet.nd.NDArray, optional
+        The float32 params. Without them the graph is converted alone (params stay float32,
+        cast where they are used), as ``amp.convert_symbol`` does.
+    cast_optional_params : bool, default False
+        Store params in the target dtype where only target-dtype ops use them (with params).
+    op_lists : dict, optional
+        ``target_dtype_ops``, ``fp32_ops``, ``conditional_fp32_ops`` for MXNet's pass.
+
+    Returns
+    -------
+    AmpGraph
+
+    Raises
+    ------
+    ConversionError
+        When MXNet cannot convert the graph, or no cast makes a node's inputs agree.
+    """
+    params = None if arg_params is None else (arg_params, aux_params or {})
+    data_types = {n: FLOAT32 for n in data_names}
+    # converted alone, a graph keeps float32 params, cast where they are used
+    float32_params = {n: FLOAT32 for n in sym.list_inputs() if n not in data_types}
+    try:
+        new_sym, new_args, new_auxs = _amp_pass(sym, target, sorted(forced), data_names, params,
+                                                cast_optional_params, op_lists)
+        known = dict(float32_params if params is None else {}, **data_types)
+        known.update({n: np.dtype(v.dtype) for n, v in
+                      list(new_args.items()) + list(new_auxs.items())})
+        _types_check(new_sym, known)
+        return AmpGraph(new_sym, new_args, new_auxs)
+    except (AssertionError, ValueError, mx.base.MXNetError, graphs.GraphTypeError) as err:
+        first = err.reason if isinstance(err, graphs.GraphTypeError) else graphs.last_line(err)
+    try:
+        new_sym, new_args, new_auxs = _amp_pass(sym, target, [], data_names, params,
+                                                cast_optional_params, op_lists)
+    except (AssertionError, ValueError, mx.base.MXNetError) as err:
+        raise ConversionError("MXNet cannot convert this graph: %s"
+                              % graphs.last_line(err)) from None
+    graph = graphs.graph_json(new_sym)
+    if params is None:
+        param_types = float32_params
+    else:
+        param_types = param_types_after(graph, new_args, new_auxs)
+    settled, widened, fp32_params = settle(graph, set(forced), param_types, data_types, target)
+    for name in fp32_params:
+        if params is not None and name in new_args:
+            new_args[name] = params[0][name]
+    return AmpGraph(graphs.load_graph(settled), new_args, new_auxs, widened, first)
