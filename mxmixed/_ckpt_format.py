@@ -3,9 +3,12 @@
 Everything here reads and checks; nothing changes a net, a trainer or a scaler. The format is
 described in :mod:`mxmixed.checkpoint`.
 """
+import base64
 import json
+import math
 import os
 import pickle
+import re
 import zipfile
 
 import numpy as np
@@ -13,17 +16,26 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
+from . import _io
 from ._version import __version__
 from .scaler import LossScaler
 
 FORMAT = "mxmixed-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+PICKLED_VERSION = 1  # trainer states and extra as pickles: read only with trusted=True
 
 MANIFEST = "manifest.json"
 PARAMS = "params.nd"
-TRAINER = "trainer.states"
 SCALER = "scaler.json"
-EXTRA = "extra.pkl"
+TRAINER_JSON = "trainer.json"  # the optimizer's settings and the layout of its states
+TRAINER_ND = "trainer.nd"      # the optimizer states' arrays
+EXTRA_JSON = "extra.json"
+EXTRA_ND = "extra.nd"
+TRAINER = "trainer.states"     # format 1: Trainer.save_states's pickle
+EXTRA = "extra.pkl"            # format 1: the pickled extra
+
+MAX_MEMBERS = 16
+MAX_JSON_BYTES = 256 << 20
 
 
 class CheckpointError(ValueError):
@@ -80,21 +92,11 @@ def check_scaler(scaler):
 
 
 
-def trainer_states(trainer):
-    """The bytes ``trainer.save_states`` would write, without a file.
-
-    ``Trainer.save_states`` writes exactly ``updater.get_states(dump_optimizer=True)`` of its
-    (or its kvstore's) updater; doing it in memory leaves no temporary file anywhere.
-    """
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    if trainer._params_to_init:
-        trainer._init_params()
-    return _updaters(trainer)[0].get_states(dump_optimizer=True)
-
-
 def set_trainer_states(trainer, data):
-    """What ``trainer.load_states`` does with the bytes of a states file, without a file."""
+    """What ``trainer.load_states`` does with the bytes of a states file, without a file.
+
+    It unpickles ``data``: only for a format 1 checkpoint loaded with ``trusted=True``.
+    """
     if not trainer._kv_initialized:
         trainer._init_kvstore()
     if trainer._params_to_init:
@@ -117,10 +119,275 @@ def _updaters(trainer):
     return trainer._updaters
 
 
+# ----------------------------------------------------------------------------- plain data
+# Optimizer states and the user's ``extra`` are stored as JSON plus arrays, never pickled:
+# JSON values stand for themselves; a few tagged one-key objects stand for the rest.
+_NUMPY_DTYPE = re.compile(r"^[<>|=]?[biufc][0-9]{1,2}$|^\|b1$")
+_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+class _Object:
+    """A saved learning-rate schedule: its class name and attributes, applied onto the trainer's
+    own schedule of the same class (never built from the file)."""
+
+    def __init__(self, name, attrs):
+        self.name, self.attrs = name, attrs
+
+
+def encode_plain(value, arrays, where, objects=False):
+    """``value`` as JSON data; each NDArray goes into ``arrays`` and is referenced by its key.
+
+    Raises
+    ------
+    ValueError
+        For anything but None, bool, int, float, str, list, tuple, dict, NumPy arrays and
+        scalars of numbers, and NDArrays (and, with ``objects``, MXNet learning-rate schedules).
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.ascontiguousarray(value)
+        if array.dtype.kind not in "biufc" or array.dtype.fields is not None:
+            raise ValueError("%s is a NumPy array of dtype %s; a checkpoint stores arrays of "
+                             "numbers only" % (where, array.dtype))
+        return {"$np": {"dtype": array.dtype.str, "shape": list(array.shape),
+                        "scalar": isinstance(value, np.generic),
+                        "data": base64.b64encode(array.tobytes()).decode("ascii")}}
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else {"$float": repr(float(value))}
+    if isinstance(value, mx.nd.NDArray):
+        key = str(len(arrays))
+        arrays[key] = value
+        return {"$nd": key}
+    if isinstance(value, list):
+        return [encode_plain(v, arrays, "%s[%d]" % (where, k), objects)
+                for k, v in enumerate(value)]
+    if isinstance(value, tuple):
+        return {"$tuple": [encode_plain(v, arrays, "%s[%d]" % (where, k), objects)
+                           for k, v in enumerate(value)]}
+    if isinstance(value, dict):
+        return {"$dict": [[encode_plain(k, arrays, "a key of %s" % where, objects),
+                           encode_plain(v, arrays, "%s[%r]" % (where, k), objects)]
+                          for k, v in value.items()]}
+    if objects and isinstance(value, mx.lr_scheduler.LRScheduler):
+        return {"$object": {"class": type(value).__name__,
+                            "attrs": encode_plain(vars(value), arrays, where, False)}}
+    raise ValueError("%s is a %s.%s; a checkpoint stores, without pickle, only None, bool, int, "
+                     "float, str, list, tuple, dict, NumPy arrays of numbers and NDArrays"
+                     % (where, type(value).__module__, type(value).__qualname__))
+
+
+def decode_plain(data, arrays, copy=False, objects=False):
+    """The value :func:`encode_plain` encoded; NDArrays are taken from ``arrays``.
+
+    Raises
+    ------
+    ValueError
+        For anything :func:`encode_plain` does not write.
+    """
+    if data is None or isinstance(data, (bool, str, int, float)):
+        return data
+    if isinstance(data, list):
+        return [decode_plain(v, arrays, copy, objects) for v in data]
+    if not (isinstance(data, dict) and len(data) == 1):
+        raise ValueError("an unknown value %.60r" % (data,))
+    (tag, body), = data.items()
+    if tag == "$tuple" and isinstance(body, list):
+        return tuple(decode_plain(v, arrays, copy, objects) for v in body)
+    if tag == "$dict" and isinstance(body, list):
+        out = {}
+        for pair in body:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise ValueError("a dict entry that is not a pair")
+            key = decode_plain(pair[0], arrays, copy, objects)
+            try:
+                out[key] = decode_plain(pair[1], arrays, copy, objects)
+            except TypeError:
+                raise ValueError("a dict key of type %s" % type(key).__name__) from None
+        return out
+    if tag == "$float" and body in _FLOATS:
+        return _FLOATS[body]
+    if tag == "$nd" and isinstance(body, str):
+        if body not in arrays:
+            raise ValueError("a reference to the missing array %r" % body)
+        return arrays[body].copy() if copy else arrays[body]
+    if tag == "$np" and isinstance(body, dict):
+        return _decode_numpy(body)
+    if tag == "$object" and objects and isinstance(body, dict) \
+            and isinstance(body.get("class"), str):
+        attrs = decode_plain(body.get("attrs"), arrays, copy, False)
+        if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
+            raise ValueError("a schedule whose attributes are not named")
+        return _Object(body["class"], attrs)
+    raise ValueError("an unknown value tagged %.40r" % (tag,))
+
+
+def _decode_numpy(body):
+    dtype, shape, data = body.get("dtype"), body.get("shape"), body.get("data")
+    if not (isinstance(dtype, str) and _NUMPY_DTYPE.match(dtype) and isinstance(shape, list)
+            and len(shape) <= 32 and all(isinstance(d, int) and d >= 0 for d in shape)
+            and isinstance(data, str)):
+        raise ValueError("a NumPy array of dtype %.20r and shape %.60r" % (dtype, shape))
+    dtype = np.dtype(dtype)
+    size = math.prod(shape) * dtype.itemsize
+    if size > len(data):  # base64 takes 4 characters for every 3 bytes
+        raise ValueError("a NumPy array of shape %s in %d characters" % (tuple(shape), len(data)))
+    raw = base64.b64decode(data, validate=True)
+    if len(raw) != size:
+        raise ValueError("a NumPy array of shape %s with %d bytes" % (tuple(shape), len(raw)))
+    array = np.frombuffer(raw, dtype).reshape(shape).copy()
+    return array[()] if body.get("scalar") else array
+
+
+def optimizer_json(trainer, arrays):
+    """The trainer's optimizer (settings, counters, schedule) and states as plain data."""
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    updater = _updaters(trainer)[0]
+    optimizer = updater.optimizer
+    attrs = {k: v for k, v in vars(optimizer).items()
+             if k not in ("param_dict", "_index_update_count")}
+    current = [k for k, v in optimizer._all_index_update_counts.items()
+               if v is optimizer._index_update_count]
+    return {"class": type(optimizer).__name__,
+            "attrs": encode_plain(attrs, arrays, "optimizer attribute", objects=True),
+            "current_counts": encode_plain(current[0] if current else None, arrays, "counts"),
+            "states": encode_plain(updater.states, arrays, "optimizer state")}
+
+
+class TrainerData:
+    """Decoded optimizer settings and states, checked against a trainer, not yet applied."""
+
+    def __init__(self, attrs, current, states_json, arrays, order):
+        self.attrs, self.current = attrs, current
+        self.states_json, self.arrays, self.order = states_json, arrays, order
+
+
+def read_trainer_json(path, members, trainer, order):
+    """Check the saved optimizer against ``trainer``'s and decode it (format 2)."""
+    data = json_member(path, members, TRAINER_JSON)
+    arrays = nd_member(path, members, TRAINER_ND)
+    optimizer = trainer._optimizer
+    if not isinstance(data, dict) or not isinstance(data.get("attrs"), dict):
+        raise corrupt(path, "the trainer member is not an object")
+    try:
+        attrs = decode_plain(data["attrs"], arrays, objects=True)
+        current = decode_plain(data.get("current_counts"), arrays)
+        states = decode_plain(data.get("states"), arrays)  # checked once; decoded per updater
+    except ValueError as err:
+        raise corrupt(path, "unreadable trainer states: %s" % err) from None
+    if not isinstance(attrs, dict) or not isinstance(states, dict):
+        raise corrupt(path, "the trainer states are not named")
+    own = vars(optimizer)
+    unknown = sorted(str(k) for k in attrs if not isinstance(k, str) or k not in own
+                     or k.startswith("__"))
+    if unknown:
+        raise CheckpointError("checkpoint '%s' sets optimizer attributes that this %s lacks "
+                              "(%s); was it written by another MXNet version?"
+                              % (path, type(optimizer).__name__, ", ".join(unknown[:3])))
+    schedule = attrs.get("lr_scheduler")
+    if isinstance(schedule, _Object):
+        mine = optimizer.lr_scheduler
+        if mine is None or type(mine).__name__ != schedule.name:
+            raise CheckpointError(
+                "checkpoint '%s' was written with the learning-rate schedule %s, this trainer's "
+                "optimizer has %s: build the trainer with the same kind of lr_scheduler"
+                % (path, schedule.name, type(mine).__name__ if mine is not None else "none"))
+        unknown = sorted(k for k in schedule.attrs if k not in vars(mine) or k.startswith("__"))
+        if unknown:
+            raise CheckpointError("checkpoint '%s' sets schedule attributes that this %s lacks "
+                                  "(%s)" % (path, schedule.name, ", ".join(unknown[:3])))
+    elif schedule is not None:
+        raise corrupt(path, "the learning-rate schedule is not a schedule")
+    counts = attrs.get("_all_index_update_counts", {})
+    if not (isinstance(counts, dict) and all(isinstance(c, dict) for c in counts.values())):
+        raise corrupt(path, "the update counters are not counters")
+    if current is not None and current not in counts:
+        raise corrupt(path, "the update counters name an unknown device")
+    return TrainerData(attrs, current, data.get("states"), arrays, order)
+
+
+def set_trainer_json(trainer, data):
+    """Apply :class:`TrainerData` to ``trainer``: its own optimizer object gets the settings."""
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    optimizer = trainer._optimizer
+    attrs = dict(data.attrs)
+    move = dict(enumerate(data.order))
+    for counts in attrs.get("_all_index_update_counts", {}).values():
+        items = list(counts.items())
+        counts.clear()
+        counts.update({move.get(k, k): v for k, v in items})
+    schedule = attrs.pop("lr_scheduler", None)
+    if isinstance(schedule, _Object):
+        vars(optimizer.lr_scheduler).update(schedule.attrs)
+    else:
+        optimizer.lr_scheduler = None
+    vars(optimizer).update(attrs)
+    optimizer._index_update_count = optimizer._all_index_update_counts.setdefault(
+        data.current if data.current is not None else 0, {})
+    for k, updater in enumerate(_updaters(trainer)):
+        states = decode_plain(data.states_json, data.arrays, copy=k > 0)
+        updater.states = {move.get(i, i): v for i, v in states.items()}
+        updater.states_synced = dict.fromkeys(updater.states, False)
+        updater.optimizer = optimizer
+    optimizer.param_dict = dict(enumerate(trainer._params))
+
+
+def extra_bytes(extra):
+    """The members that store ``extra`` without pickle: extra.json and, for NDArrays, extra.nd."""
+    arrays = {}
+    data = json.dumps(encode_plain(extra, arrays, "extra")).encode("utf-8")
+    members = [(EXTRA_JSON, data)]
+    if arrays:
+        members.append((EXTRA_ND, _io.nd_bytes(arrays)))
+    return members
+
+
+def read_extra(path, members):
+    data = json_member(path, members, EXTRA_JSON)
+    arrays = nd_member(path, members, EXTRA_ND) if EXTRA_ND in members else {}
+    try:
+        return decode_plain(data, arrays)
+    except ValueError as err:
+        raise corrupt(path, "unreadable extra: %s" % err) from None
+
+
 # ----------------------------------------------------------------------------- reading
 def corrupt(path, detail):
     return CheckpointError("checkpoint '%s' is truncated or corrupt (%s); it cannot be loaded. "
                            "Use an earlier checkpoint." % (path, detail))
+
+
+def _check_archive(path, archive):
+    """Refuse, before any member is read, an archive whose members could not be this file's."""
+    size = os.path.getsize(path)
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise CheckpointError("checkpoint '%s' has %d members, more than the limit of %d; "
+                              "refusing to read it" % (path, len(infos), MAX_MEMBERS))
+    names = [info.filename for info in infos]
+    if len(set(names)) != len(names):
+        raise CheckpointError("checkpoint '%s' names a member twice; refusing to read it" % path)
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError("checkpoint '%s': member %s is compressed (method %d); "
+                                  "mxmixed writes uncompressed members only and does not "
+                                  "inflate them (the limit is the file's own size)"
+                                  % (path, info.filename, info.compress_type))
+        total += info.file_size
+        if info.file_size != info.compress_size or total > size \
+                or info.header_offset + info.compress_size > size:
+            raise CheckpointError("checkpoint '%s': member %s declares %d bytes, more than the "
+                                  "%d bytes of the file; refusing to read it"
+                                  % (path, info.filename, info.file_size, size))
 
 
 def read_members(path):
@@ -139,6 +406,7 @@ def read_members(path):
                               "with net.load_parameters)" % path)
     try:
         with zipfile.ZipFile(path, "r") as archive:
+            _check_archive(path, archive)
             names = archive.namelist()
             if MANIFEST not in names:
                 raise CheckpointError("'%s' is a ZIP archive but not an mxmixed checkpoint "
@@ -155,27 +423,84 @@ def read_members(path):
     return path, members
 
 
-def parse_manifest(path, members):
+def json_member(path, members, name):
+    """A JSON member, its size and nesting depth checked before it is parsed."""
+    data = members[name]
+    if len(data) > MAX_JSON_BYTES:
+        raise CheckpointError("checkpoint '%s': member %s holds %d bytes of JSON, more than the "
+                              "limit of %d; refusing to parse it"
+                              % (path, name, len(data), MAX_JSON_BYTES))
     try:
-        manifest = json.loads(members[MANIFEST].decode("utf-8"))
+        _io.check_json_depth(data, "checkpoint '%s': member %s" % (path, name))
+    except _io.UnsafeFileError as err:
+        raise CheckpointError(str(err)) from None
+    try:
+        return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise corrupt(path, "unreadable manifest: %s" % err) from None
+        raise corrupt(path, "unreadable %s: %s" % (name, err)) from None
+
+
+def nd_member(path, members, name):
+    """An array member (``mx.nd.save``'s format), its declared sizes checked before loading."""
+    data = members[name]
+    try:
+        _io.check_nd_bytes(data, "checkpoint '%s': member %s" % (path, name))
+    except _io.UnsafeFileError as err:
+        raise CheckpointError(str(err)) from None
+    try:
+        arrays = mx.nd.load_frombuffer(data)
+    except mx.base.MXNetError as err:
+        raise corrupt(path, "unreadable %s: %s" % (name, _mx_line(err))) from None
+    if isinstance(arrays, list) and not arrays:
+        return {}
+    if not isinstance(arrays, dict):
+        raise corrupt(path, "the arrays of %s are not named" % name)
+    return arrays
+
+
+def _mx_line(err):
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()
+             and not line.startswith(("Traceback", "File "))]
+    return lines[-1] if lines else type(err).__name__
+
+
+def _rows_ok(rows, names_optional=False):
+    return isinstance(rows, list) and all(
+        isinstance(r, dict) and (isinstance(r.get("name"), str)
+                                 or (names_optional and r.get("name") is None))
+        and isinstance(r.get("shape"), list) and len(r["shape"]) <= 32
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in r["shape"])
+        and isinstance(r.get("dtype"), str) for r in rows)
+
+
+def parse_manifest(path, members):
+    manifest = json_member(path, members, MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError("'%s' is not an mxmixed checkpoint (its manifest says format %r)"
+        raise CheckpointError("'%s' is not an mxmixed checkpoint (its manifest says format %.60r)"
                               % (path, manifest.get("format") if isinstance(manifest, dict)
                                  else None))
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError("checkpoint '%s' has format version %r, written by mxmixed %s; "
+        raise CheckpointError("checkpoint '%s' has format version %.20r, written by mxmixed %.20s; "
                               "this mxmixed %s reads versions up to %d: upgrade mxmixed"
                               % (path, version, manifest.get("mxmixed_version", "?"),
                                  __version__, FORMAT_VERSION))
     for key in ("params", "trainer", "has_scaler", "has_extra"):
         if key not in manifest:
             raise corrupt(path, "the manifest lacks %r" % key)
-    for name, flag in ((TRAINER, manifest["trainer"] is not None),
-                       (SCALER, manifest["has_scaler"]), (EXTRA, manifest["has_extra"]),
-                       (PARAMS, True)):
+    trainer = manifest["trainer"]
+    if not (_rows_ok(manifest["params"]) and isinstance(manifest["has_scaler"], bool)
+            and isinstance(manifest["has_extra"], bool)
+            and (trainer is None or (isinstance(trainer, dict)
+                                     and isinstance(trainer.get("optimizer"), str)
+                                     and _rows_ok(trainer.get("params"), True)))):
+        raise corrupt(path, "the manifest's entries have the wrong types")
+    if version == PICKLED_VERSION:
+        needed = ((TRAINER, trainer is not None), (EXTRA, manifest["has_extra"]))
+    else:
+        needed = ((TRAINER_JSON, trainer is not None), (TRAINER_ND, trainer is not None),
+                  (EXTRA_JSON, manifest["has_extra"]))
+    for name, flag in needed + ((SCALER, manifest["has_scaler"]), (PARAMS, True)):
         if flag and name not in members:
             raise corrupt(path, "the member %s is missing" % name)
     return manifest
@@ -183,6 +508,8 @@ def parse_manifest(path, members):
 
 def read_manifest(path):
     """The manifest of a checkpoint: versions, parameter names, shapes and dtypes.
+
+    Reading it runs no code, for any file: sizes and nesting are checked first.
 
     Parameters
     ----------
@@ -211,12 +538,7 @@ def read_manifest(path):
 
 
 def load_arrays(path, members, manifest):
-    try:
-        arrays = mx.nd.load_frombuffer(members[PARAMS])
-    except mx.base.MXNetError as err:
-        raise corrupt(path, "unreadable parameters: %s" % str(err).splitlines()[0]) from None
-    if not isinstance(arrays, dict):
-        raise corrupt(path, "the parameters are not a named dictionary")
+    arrays = nd_member(path, members, PARAMS)
     listed = {row["name"]: row for row in manifest["params"]}
     if set(listed) != set(arrays):
         raise corrupt(path, "the manifest and the parameters name different arrays")
@@ -265,7 +587,9 @@ def check_trainer_states(path, members, manifest, trainer, named):
         raise CheckpointError("checkpoint '%s' has optimizer states for %d parameters, this "
                               "trainer has %d" % (path, len(saved), len(mine)))
     order = _match_params(path, saved, mine)
-    data = members[TRAINER]
+    if manifest["format_version"] != PICKLED_VERSION:
+        return read_trainer_json(path, members, trainer, order)
+    data = members[TRAINER]  # format 1, read with trusted=True only: Trainer.save_states's pickle
     try:
         states = pickle.loads(data)
     except Exception as err:  # a damaged pickle raises almost anything
@@ -319,10 +643,7 @@ def _reindex(states, order):
 
 
 def check_scaler_state(path, members):
-    try:
-        state = json.loads(members[SCALER].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise corrupt(path, "unreadable loss-scaler state: %s" % err) from None
+    state = json_member(path, members, SCALER)
     try:
         LossScaler().load_state_dict(state)  # validate on a throwaway scaler first
     except (ValueError, TypeError) as err:

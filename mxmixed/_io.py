@@ -1,8 +1,12 @@
-"""The one atomic writer: checkpoints and converted models reach the disk whole or not at all.
+"""The one atomic writer, and the checks that make files from someone else safe to read.
 
 :func:`atomic_write` writes one file, :func:`atomic_write_group` several files that belong
 together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``). Both:
 
+* refuse a target that exists and is not a regular file (a symbolic link, a device such as
+  ``/dev/null``, a FIFO, a socket) with :class:`NotRegularFileError` (an ``OSError``): renaming
+  over it would replace the link or the device with a plain file, and writing through it would
+  write where the caller did not look. Nothing is changed;
 * write each file to a temporary name in the target's own folder
   (``.<name>.<pid>.<tag>.tmp``), so that the final rename never crosses a filesystem;
 * create it with mode ``0o666`` less the umask, as a plain ``open()`` would; the process umask
@@ -10,36 +14,62 @@ together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``)
 * fsync the data, ``os.replace`` it over the target, then fsync the folder so that the rename
   itself is durable;
 * remove their temporary files on any error, ``KeyboardInterrupt`` (SIGINT) and SIGTERM
-  included: while a write is in progress in the main thread, a SIGTERM whose handler is still
-  the default one aborts the write, the clean-up runs, and the signal is then delivered again
-  with its default action (the process ends as SIGTERM would have ended it);
+  included, while the data is being written: while a write is in progress in the main thread, a
+  SIGTERM whose handler is still the default one aborts the write, the clean-up runs, and the
+  signal is then delivered again with its default action (the process ends as SIGTERM would
+  have ended it);
+* hold SIGINT and SIGTERM back during the renames (the *commit*): a signal that arrives then is
+  delivered once the last rename is done, so that a signal never leaves a half-replaced group,
+  and never rolls back (or deletes) a file that was already replaced. Python runs signal
+  handlers in the main thread only, so this covers every thread that writes;
 * sweep, before writing, the temporary files that an earlier process killed outright
   (SIGKILL, power loss) left beside the same target: those whose owner pid no longer runs on
   this machine.
 
 A group write never destroys a good earlier group: every old target is first hard-linked to a
 backup name beside it (``.<name>.<pid>.<tag>.bak``; a copy where the filesystem has no hard
-links), the new files are renamed over the targets one by one, and if any step fails the
+links), the new files are renamed over the targets one by one, and if a rename fails the
 targets already replaced are restored from their backups (or removed, where there was no
-earlier file). The backups are removed at the end. Only if a rollback itself fails (a second
-fault) is a backup kept, and the error names it in a note; a later write to the same target
-sweeps it once this process has ended.
+earlier file). Whether a target was replaced is read from the disk (its temporary file is gone),
+not from a list kept beside the rename. The backups are removed at the end. Only if a rollback
+itself fails (a second fault) is a backup kept, and the error names it in a note; a later write
+to the same target sweeps it once this process has ended.
+
+Two processes writing a group to the same place take turns for the renames: the commit holds an
+exclusive ``fcntl.flock`` on a lock file beside the first target (``.<name>.lock``, removed by
+the holder before it unlocks), so the group on disk is always one writer's complete group. Where
+the filesystem has no ``flock`` (some network filesystems) the writers are not serialized.
+
+A full disk while the data is written is an ``OSError`` (``ENOSPC``) whose message is one line;
+nothing is replaced.
 
 .. note::
-   Only a process killed *between* two renames of a group (a window of microseconds) can leave
-   a mixed group behind; the next group write to the same place replaces it whole.
+   Only a process killed outright (SIGKILL, power loss) *between* two renames of a group (a
+   window of microseconds) can leave a mixed group behind; the next group write to the same
+   place replaces it whole.
+
+Reading: :func:`check_json_depth` and :func:`check_nd_bytes` look at a file's bytes before a
+parser does, so that a deeply nested JSON document or an array file that declares more data than
+it holds is refused in one line instead of exhausting the stack or the memory.
 """
 import contextlib
+import errno
+import itertools
+import math
 import os
 import re
 import secrets
 import shutil
 import signal
 import socket
+import stat
+import struct
 import threading
 import zlib
 
-__all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale"]
+__all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale",
+           "special_file", "NotRegularFileError", "UnsafeFileError", "MAX_JSON_DEPTH",
+           "check_json_depth", "check_nd_bytes", "nd_bytes"]
 
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
 
@@ -147,16 +177,58 @@ def sweep_stale(target):
     return removed
 
 
-def _fill(path, content):
-    if callable(content):
-        content(path)
-    else:
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        with open(path, "wb") as fileobj:
-            fileobj.write(content)
-    with open(path, "rb") as fileobj:
-        os.fsync(fileobj.fileno())
+class NotRegularFileError(OSError):
+    """A write target exists and is not a regular file (a link, a device, a FIFO, a socket)."""
+
+
+class UnsafeFileError(ValueError):
+    """A file from someone else breaks a limit that is checked before it is parsed."""
+
+
+def _kind(mode):
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def special_file(path):
+    """What ``path`` is, when it exists and is not a regular file; None otherwise.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    str or None
+        ``'a symbolic link'``, ``'a character device'``, ``'a FIFO (named pipe)'``, ... (a link
+        is reported as a link, whatever it points to); None for a regular file or no file.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def _fill(path, content, target):
+    try:
+        if callable(content):
+            content(path)
+        else:
+            if isinstance(content, str):
+                content = content.encode("utf-8")
+            with open(path, "wb") as fileobj:
+                fileobj.write(content)
+        with open(path, "rb") as fileobj:
+            os.fsync(fileobj.fileno())
+    except OSError as err:  # a full disk: one line that names the target, not the temporary
+        if err.errno is None or isinstance(err, NotRegularFileError):
+            raise
+        raise OSError(err.errno, err.strerror, target) from None
 
 
 def _fsync_folder(folder):
@@ -183,16 +255,21 @@ def _check_target(target):
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise FileNotFoundError(2, "the folder %s does not exist" % folder, target)
-    if os.path.isdir(target):
+    kind = special_file(target)
+    if kind == "a folder":
         raise IsADirectoryError(21, "it is a folder", target)
+    if kind is not None:
+        raise NotRegularFileError(errno.EINVAL, "it is %s, not a regular file; mxmixed never "
+                                  "writes over one (remove it, or write elsewhere)" % kind, target)
 
 
 def check_writable(paths):
     """Check, before any expensive work, that :func:`atomic_write_group` could write ``paths``.
 
-    For each path: its folder exists, it is not a folder, a file can be created beside it (the
-    temporary file is removed at once), and an existing file there can be opened for writing
-    (an immutable file cannot, even by root). Nothing is changed.
+    For each path: its folder exists, it is not a folder nor any other kind of file that is not
+    a regular file (a link, a device, a FIFO), a file can be created beside it (the temporary
+    file is removed at once), and an existing file there can be opened for writing (an
+    immutable file cannot, even by root). Nothing is changed.
 
     Parameters
     ----------
@@ -201,15 +278,16 @@ def check_writable(paths):
     Raises
     ------
     OSError
-        The first problem found (FileNotFoundError, IsADirectoryError, PermissionError ...),
-        with the path in its ``filename``.
+        The first problem found (FileNotFoundError, IsADirectoryError, NotRegularFileError,
+        PermissionError ...), with the path in its ``filename``.
     """
     for path in paths:
         path = os.fspath(path)
         _check_target(path)
         _remove_quietly([_create(path)])
         if os.path.lexists(path):
-            os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)))
+            os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)
+                             | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
 
 
 def _backup(target):
@@ -228,6 +306,117 @@ def _backup(target):
     return backup
 
 
+_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM")
+                      if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM back for the block, and deliver them once it is done.
+
+    Python runs signal handlers in the main thread only, between two bytecodes: replacing them
+    for the block with one that only takes note is enough (in a worker thread there is nothing
+    to do). A signal that was ignored stays ignored. After the block the handlers are put back
+    and each signal that arrived is handed to its own handler, or raised again where that is
+    the default action.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived, previous = [], {}
+
+    def note(signum, frame):
+        arrived.append(signum)
+
+    for signum in _HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler in (signal.SIG_IGN, None):
+            continue
+        previous[signum] = handler
+        signal.signal(signum, note)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):
+            handler = previous[signum]
+            if handler is signal.SIG_DFL:
+                signal.raise_signal(signum)
+            elif callable(handler):
+                handler(signum, None)
+
+
+@contextlib.contextmanager
+def _group_lock(target):
+    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, removed before unlocking.
+
+    A writer that opened the lock file before its holder removed it finds, once it holds the
+    lock, that the name now points elsewhere (or nowhere), and starts again. Where there is no
+    ``fcntl`` (Windows) or the filesystem refuses ``flock``, the block runs unlocked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder, base = os.path.split(os.path.abspath(target))
+    path = os.path.join(folder, ".%s.lock" % base)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK on some network filesystems
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            yield
+            return
+        try:
+            mine, named = os.fstat(fd), os.stat(path)
+            same = (mine.st_dev, mine.st_ino) == (named.st_dev, named.st_ino)
+        except FileNotFoundError:
+            same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)
+
+
+def _commit(paths, temps):
+    """Rename ``temps`` over ``paths``; on failure put back the targets already replaced."""
+    for path in paths:  # again, now that no other writer renames: a link may have appeared
+        _check_target(path)
+    backups = {}
+    try:
+        if len(paths) > 1:
+            for path in paths:
+                backups[path] = _backup(path)
+        for path, temp in zip(paths, temps):
+            os.replace(temp, path)
+    except BaseException as err:
+        # a target was replaced when its temporary file is gone: read from the disk, so that
+        # an error raised just after a rename cannot leave that rename out of the rollback
+        replaced = [p for p, t in zip(paths, temps) if not os.path.lexists(t)]
+        kept = _restore(replaced, backups)
+        if kept and hasattr(err, "add_note"):
+            err.add_note("could not put back the earlier %s; its copy is kept at %s"
+                         % tuple(", ".join(x) for x in zip(*kept)))
+        raise
+    finally:
+        _remove_quietly(b for b in backups.values() if b is not None)
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        _fsync_folder(folder)
+
+
 def atomic_write_group(contents):
     """Write several files so that either all of them are replaced, or none is touched.
 
@@ -236,42 +425,35 @@ def atomic_write_group(contents):
     contents : list of (str, bytes or str or callable)
         Each target path with what goes into it: bytes, text (written as UTF-8), or a function
         that gets the path of an empty temporary file beside the target and fills it (for
-        writers that want a file name, such as ``mx.nd.save``).
+        writers that want a file name).
 
     Raises
     ------
+    NotRegularFileError
+        (an OSError) When a target exists and is a link, a device, a FIFO or a socket: nothing
+        is written.
     OSError
-        When a file cannot be written or replaced. Every target is then as it was before the
-        call and no temporary file or backup is left.
+        When a file cannot be written or replaced (``ENOSPC`` for a full disk, with the target
+        in ``filename``). Every target is then as it was before the call and no temporary file
+        or backup is left.
     """
     contents = [(os.fspath(path), content) for path, content in contents]
     for path, _ in contents:
         _check_target(path)
-    temps, backups, replaced = [], {}, []
+    paths = [path for path, _ in contents]
+    temps = []
     with _sigterm_cleans_up():
         try:
-            for path, _ in contents:
+            for path in paths:
                 sweep_stale(path)
             for path, content in contents:
                 temps.append(_create(path))
-                _fill(temps[-1], content)
-            if len(contents) > 1:
-                for path, _ in contents:
-                    backups[path] = _backup(path)
-            for (path, _), temp in zip(contents, temps):
-                os.replace(temp, path)
-                replaced.append(path)
-            for folder in sorted({os.path.dirname(os.path.abspath(p)) for p, _ in contents}):
-                _fsync_folder(folder)
-        except BaseException as err:
-            kept = _restore(replaced, backups)
-            _remove_quietly(temps)
-            if kept and hasattr(err, "add_note"):
-                err.add_note("could not put back the earlier %s; its copy is kept at %s"
-                             % tuple(", ".join(x) for x in zip(*kept)))
-            raise
+                _fill(temps[-1], content, path)
+            lock = _group_lock(paths[0]) if len(paths) > 1 else contextlib.nullcontext()
+            with lock, _signals_held():
+                _commit(paths, temps)
         finally:
-            _remove_quietly(b for b in backups.values() if b is not None)
+            _remove_quietly(temps)  # those renamed are gone already
 
 
 def _restore(replaced, backups):
@@ -282,6 +464,8 @@ def _restore(replaced, backups):
     """
     kept = []
     for path in reversed(replaced):
+        if path not in backups:  # a single file: its rename is the whole write, nothing to undo
+            continue
         backup = backups.get(path)
         try:
             if backup is None:
@@ -294,6 +478,148 @@ def _restore(replaced, backups):
                 kept.append((path, backup))
                 backups[path] = None
     return kept
+
+
+# ----------------------------------------------------------------------------- reading
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of arrays and objects accepted in a JSON file from someone else (Python's
+parser recurses once per level; MXNet's symbol files nest 5 deep, checkpoint manifests about 10)."""
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def check_json_depth(text, source, limit=MAX_JSON_DEPTH):
+    """Refuse JSON text nested deeper than ``limit``, before a recursive parser sees it.
+
+    Parameters
+    ----------
+    text : str or bytes
+    source : str
+        How to name the file in the message (its path).
+    limit : int
+
+    Raises
+    ------
+    UnsafeFileError
+        One line naming ``source`` and the limit.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    depth = max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    if depth > limit:
+        raise UnsafeFileError("%s nests JSON %d levels deep, more than the limit of %d; "
+                              "refusing to parse it" % (source, depth, limit))
+
+
+_ND_LIST_MAGIC = 0x112
+_ND_V2, _ND_V3 = 0xF993FAC9, 0xF993FACA
+_ND_ITEMSIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 8: 2, 9: 2, 10: 4, 11: 8, 12: 2}
+_ND_MAX_DIMS = 32
+
+
+def nd_bytes(arrays):
+    """The bytes ``mx.nd.save(file, arrays)`` writes, made in memory (no file, no MXNet error).
+
+    Parameters
+    ----------
+    arrays : dict of str to mxnet.nd.NDArray
+
+    Returns
+    -------
+    bytes
+    """
+    names = list(arrays)
+    parts = [struct.pack("<QQQ", _ND_LIST_MAGIC, 0, len(names))]
+    parts += [arrays[name].__getstate__()["handle"] for name in names]
+    parts.append(struct.pack("<Q", len(names)))
+    for name in names:
+        raw = name.encode("utf-8")
+        parts += [struct.pack("<Q", len(raw)), raw]
+    return b"".join(parts)
+
+
+def check_nd_bytes(data, source):
+    """Walk an MXNet array file (``mx.nd.save``'s format) before MXNet reads it.
+
+    Every array must be dense, of a known dtype, and declare no more data than the bytes left in
+    the file, so that a crafted header cannot make MXNet allocate more than the file's size.
+
+    Parameters
+    ----------
+    data : bytes
+    source : str
+        How to name the file in the message (its path, or a member of an archive).
+
+    Returns
+    -------
+    int
+        The number of arrays.
+
+    Raises
+    ------
+    UnsafeFileError
+        One line naming ``source`` and what is wrong.
+    """
+    view, pos = memoryview(data), 0
+
+    def bad(detail):
+        return UnsafeFileError("%s is not a valid MXNet array file: %s; refusing to load it"
+                               % (source, detail))
+
+    def take(fmt):
+        nonlocal pos
+        size = struct.calcsize(fmt)
+        if pos + size > len(view):
+            raise bad("it ends inside a header (at byte %d)" % pos)
+        values = struct.unpack_from(fmt, view, pos)
+        pos += size
+        return values
+
+    magic, _, count = take("<QQQ")
+    if magic != _ND_LIST_MAGIC:
+        raise bad("it does not start with the magic number of mx.nd.save")
+    if count * 12 > len(view) - pos:
+        raise bad("it declares %d arrays in %d bytes" % (count, len(view)))
+    for index in range(count):
+        magic, stype, ndim = take("<Iii")
+        if magic not in (_ND_V2, _ND_V3):
+            raise bad("array %d has an unsupported format (magic 0x%08x)" % (index, magic))
+        if stype != 0:
+            raise bad("array %d is sparse (storage type %d), which is not supported"
+                      % (index, stype))
+        unknown = 0 if magic == _ND_V2 else -1
+        if ndim == unknown:
+            continue  # an array without a shape: nothing more is stored
+        if not 0 <= ndim <= _ND_MAX_DIMS:
+            raise bad("array %d declares %d dimensions" % (index, ndim))
+        dims = take("<%dq" % ndim)
+        if unknown in dims:
+            continue
+        if any(d < 0 for d in dims):
+            raise bad("array %d declares the shape %s" % (index, dims))
+        _, _, type_flag = take("<iii")
+        if type_flag not in _ND_ITEMSIZE:
+            raise bad("array %d has the unknown dtype flag %d" % (index, type_flag))
+        size = math.prod(dims) * _ND_ITEMSIZE[type_flag]
+        if size > len(view) - pos:
+            raise UnsafeFileError("%s: array %d declares the shape %s (%d bytes), more than the "
+                                  "%d bytes left in the file; refusing to load it"
+                                  % (source, index, tuple(dims), size, len(view) - pos))
+        pos += size
+    (names,) = take("<Q")
+    if names not in (0, count):
+        raise bad("it names %d of its %d arrays" % (names, count))
+    for index in range(names):
+        (size,) = take("<Q")
+        if size > len(view) - pos:
+            raise bad("the name of array %d declares %d bytes" % (index, size))
+        pos += size
+    if pos != len(view):
+        raise bad("%d bytes follow its last array" % (len(view) - pos))
+    return count
 
 
 def atomic_write(path, content):
