@@ -146,13 +146,13 @@ def encode_plain(value, arrays, where, objects=False):
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (np.ndarray, np.generic)):
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value)  # 0-d for a scalar (ascontiguousarray would make it 1-d)
         if array.dtype.kind not in "biufc" or array.dtype.fields is not None:
             raise ValueError("%s is a NumPy array of dtype %s; a checkpoint stores arrays of "
                              "numbers only" % (where, array.dtype))
         return {"$np": {"dtype": array.dtype.str, "shape": list(array.shape),
                         "scalar": isinstance(value, np.generic),
-                        "data": base64.b64encode(array.tobytes()).decode("ascii")}}
+                        "data": base64.b64encode(array.tobytes(order="C")).decode("ascii")}}
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
