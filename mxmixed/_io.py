@@ -1,4 +1,4 @@
-"""The one atomic writer, and the checks that make files from someone else safe to read.
+"""The one atomic writer: checkpoints, converted models and reports reach the disk whole or not at all.
 
 :func:`atomic_write` writes one file, :func:`atomic_write_group` several files that belong
 together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``). Both:
@@ -48,64 +48,24 @@ nothing is replaced.
    window of microseconds) can leave a mixed group behind; the next group write to the same
    place replaces it whole.
 
-Reading: :func:`check_json_depth` and :func:`check_nd_bytes` look at a file's bytes before a
-parser does, so that a deeply nested JSON document or an array file that declares more data than
-it holds is refused in one line instead of exhausting the stack or the memory.
+Reading files from someone else is :mod:`mxmixed._untrusted`.
 """
 import contextlib
 import errno
-import itertools
-import math
 import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import stat
-import struct
-import threading
 import zlib
 
+from ._signals import signals_held, sigterm_cleans_up
+
 __all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale",
-           "special_file", "NotRegularFileError", "UnsafeFileError", "MAX_JSON_DEPTH",
-           "check_json_depth", "check_nd_bytes", "nd_bytes"]
+           "special_file", "NotRegularFileError"]
 
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived while a write was in progress (raised to run the clean-up)."""
-
-
-@contextlib.contextmanager
-def _sigterm_cleans_up():
-    """Turn a SIGTERM with the default action into an exception for the duration of a write.
-
-    Only the main thread can install handlers, and only the default action needs changing: a
-    handler the program installed itself (or SIG_IGN) is left alone. After the block, the
-    previous handler is restored and a SIGTERM that arrived is raised again, so the process
-    still ends as the signal asks, with its temporary files gone.
-    """
-    sigterm = getattr(signal, "SIGTERM", None)
-    if sigterm is None or threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(sigterm) is not signal.SIG_DFL:
-        yield
-        return
-    received = []
-
-    def handler(signum, frame):
-        received.append(signum)
-        if len(received) == 1:
-            raise _Terminated()
-
-    previous = signal.signal(sigterm, handler)
-    try:
-        yield
-    finally:
-        signal.signal(sigterm, previous)
-        if received:  # the clean-up has run: now end as the signal asks
-            signal.raise_signal(sigterm)
 
 
 def _name(target, kind):
@@ -179,10 +139,6 @@ def sweep_stale(target):
 
 class NotRegularFileError(OSError):
     """A write target exists and is not a regular file (a link, a device, a FIFO, a socket)."""
-
-
-class UnsafeFileError(ValueError):
-    """A file from someone else breaks a limit that is checked before it is parsed."""
 
 
 def _kind(mode):
@@ -306,47 +262,6 @@ def _backup(target):
     return backup
 
 
-_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM")
-                      if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM back for the block, and deliver them once it is done.
-
-    Python runs signal handlers in the main thread only, between two bytecodes: replacing them
-    for the block with one that only takes note is enough (in a worker thread there is nothing
-    to do). A signal that was ignored stays ignored. After the block the handlers are put back
-    and each signal that arrived is handed to its own handler, or raised again where that is
-    the default action.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived, previous = [], {}
-
-    def note(signum, frame):
-        arrived.append(signum)
-
-    for signum in _HELD_SIGNALS:
-        handler = signal.getsignal(signum)
-        if handler in (signal.SIG_IGN, None):
-            continue
-        previous[signum] = handler
-        signal.signal(signum, note)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(arrived):
-            handler = previous[signum]
-            if handler is signal.SIG_DFL:
-                signal.raise_signal(signum)
-            elif callable(handler):
-                handler(signum, None)
-
-
 @contextlib.contextmanager
 def _group_lock(target):
     """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, removed before unlocking.
@@ -442,7 +357,7 @@ def atomic_write_group(contents):
         _check_target(path)
     paths = [path for path, _ in contents]
     temps = []
-    with _sigterm_cleans_up():
+    with sigterm_cleans_up():
         try:
             for path in paths:
                 sweep_stale(path)
@@ -450,7 +365,7 @@ def atomic_write_group(contents):
                 temps.append(_create(path))
                 _fill(temps[-1], content, path)
             lock = _group_lock(paths[0]) if len(paths) > 1 else contextlib.nullcontext()
-            with lock, _signals_held():
+            with lock, signals_held():
                 _commit(paths, temps)
         finally:
             _remove_quietly(temps)  # those renamed are gone already
@@ -478,148 +393,6 @@ def _restore(replaced, backups):
                 kept.append((path, backup))
                 backups[path] = None
     return kept
-
-
-# ----------------------------------------------------------------------------- reading
-MAX_JSON_DEPTH = 100
-"""The deepest nesting of arrays and objects accepted in a JSON file from someone else (Python's
-parser recurses once per level; MXNet's symbol files nest 5 deep, checkpoint manifests about 10)."""
-
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def check_json_depth(text, source, limit=MAX_JSON_DEPTH):
-    """Refuse JSON text nested deeper than ``limit``, before a recursive parser sees it.
-
-    Parameters
-    ----------
-    text : str or bytes
-    source : str
-        How to name the file in the message (its path).
-    limit : int
-
-    Raises
-    ------
-    UnsafeFileError
-        One line naming ``source`` and the limit.
-    """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "replace")
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    depth = max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
-    if depth > limit:
-        raise UnsafeFileError("%s nests JSON %d levels deep, more than the limit of %d; "
-                              "refusing to parse it" % (source, depth, limit))
-
-
-_ND_LIST_MAGIC = 0x112
-_ND_V2, _ND_V3 = 0xF993FAC9, 0xF993FACA
-_ND_ITEMSIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 8: 2, 9: 2, 10: 4, 11: 8, 12: 2}
-_ND_MAX_DIMS = 32
-
-
-def nd_bytes(arrays):
-    """The bytes ``mx.nd.save(file, arrays)`` writes, made in memory (no file, no MXNet error).
-
-    Parameters
-    ----------
-    arrays : dict of str to mxnet.nd.NDArray
-
-    Returns
-    -------
-    bytes
-    """
-    names = list(arrays)
-    parts = [struct.pack("<QQQ", _ND_LIST_MAGIC, 0, len(names))]
-    parts += [arrays[name].__getstate__()["handle"] for name in names]
-    parts.append(struct.pack("<Q", len(names)))
-    for name in names:
-        raw = name.encode("utf-8")
-        parts += [struct.pack("<Q", len(raw)), raw]
-    return b"".join(parts)
-
-
-def check_nd_bytes(data, source):
-    """Walk an MXNet array file (``mx.nd.save``'s format) before MXNet reads it.
-
-    Every array must be dense, of a known dtype, and declare no more data than the bytes left in
-    the file, so that a crafted header cannot make MXNet allocate more than the file's size.
-
-    Parameters
-    ----------
-    data : bytes
-    source : str
-        How to name the file in the message (its path, or a member of an archive).
-
-    Returns
-    -------
-    int
-        The number of arrays.
-
-    Raises
-    ------
-    UnsafeFileError
-        One line naming ``source`` and what is wrong.
-    """
-    view, pos = memoryview(data), 0
-
-    def bad(detail):
-        return UnsafeFileError("%s is not a valid MXNet array file: %s; refusing to load it"
-                               % (source, detail))
-
-    def take(fmt):
-        nonlocal pos
-        size = struct.calcsize(fmt)
-        if pos + size > len(view):
-            raise bad("it ends inside a header (at byte %d)" % pos)
-        values = struct.unpack_from(fmt, view, pos)
-        pos += size
-        return values
-
-    magic, _, count = take("<QQQ")
-    if magic != _ND_LIST_MAGIC:
-        raise bad("it does not start with the magic number of mx.nd.save")
-    if count * 12 > len(view) - pos:
-        raise bad("it declares %d arrays in %d bytes" % (count, len(view)))
-    for index in range(count):
-        magic, stype, ndim = take("<Iii")
-        if magic not in (_ND_V2, _ND_V3):
-            raise bad("array %d has an unsupported format (magic 0x%08x)" % (index, magic))
-        if stype != 0:
-            raise bad("array %d is sparse (storage type %d), which is not supported"
-                      % (index, stype))
-        unknown = 0 if magic == _ND_V2 else -1
-        if ndim == unknown:
-            continue  # an array without a shape: nothing more is stored
-        if not 0 <= ndim <= _ND_MAX_DIMS:
-            raise bad("array %d declares %d dimensions" % (index, ndim))
-        dims = take("<%dq" % ndim)
-        if unknown in dims:
-            continue
-        if any(d < 0 for d in dims):
-            raise bad("array %d declares the shape %s" % (index, dims))
-        _, _, type_flag = take("<iii")
-        if type_flag not in _ND_ITEMSIZE:
-            raise bad("array %d has the unknown dtype flag %d" % (index, type_flag))
-        size = math.prod(dims) * _ND_ITEMSIZE[type_flag]
-        if size > len(view) - pos:
-            raise UnsafeFileError("%s: array %d declares the shape %s (%d bytes), more than the "
-                                  "%d bytes left in the file; refusing to load it"
-                                  % (source, index, tuple(dims), size, len(view) - pos))
-        pos += size
-    (names,) = take("<Q")
-    if names not in (0, count):
-        raise bad("it names %d of its %d arrays" % (names, count))
-    for index in range(names):
-        (size,) = take("<Q")
-        if size > len(view) - pos:
-            raise bad("the name of array %d declares %d bytes" % (index, size))
-        pos += size
-    if pos != len(view):
-        raise bad("%d bytes follow its last array" % (len(view) - pos))
-    return count
 
 
 def atomic_write(path, content):
@@ -656,7 +429,7 @@ def scratch_file(target):
     str
         The path of an empty file.
     """
-    with _sigterm_cleans_up():
+    with sigterm_cleans_up():
         path = _create(os.fspath(target))
         try:
             yield path

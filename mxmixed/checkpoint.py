@@ -35,7 +35,7 @@ even one from someone else, runs no code. Its members (format version 2):
 
 Reading checks sizes before it reads: at most 16 members, none compressed, none declaring more
 bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
-at most 256 MiB nested at most 100 levels deep (:data:`mxmixed._io.MAX_JSON_DEPTH`); array
+at most 256 MiB nested at most 100 levels deep (:data:`mxmixed._untrusted.MAX_JSON_DEPTH`); array
 members whose every declared shape fits in the bytes that follow it. A refusal is a
 :class:`CheckpointError` of one line that names the file and the limit.
 
@@ -86,14 +86,14 @@ import zipfile
 
 import mxnet as mx
 
-from . import _io
+from . import _io, _untrusted
 from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_VERSION,
-                           SCALER, TRAINER_JSON, TRAINER_ND, CheckpointError, TrainerData,
-                           check_scaler, check_scaler_state, check_trainer,
-                           check_trainer_states, corrupt, dtype_name, extra_bytes,
-                           load_arrays, named_params, net_mismatches, optimizer_json,
-                           parse_manifest, read_extra, read_manifest, read_members,
-                           set_trainer_json, set_trainer_states, trainer_params)
+                           SCALER, TRAINER_JSON, TRAINER_ND, CheckpointError, check_scaler,
+                           check_scaler_state, corrupt, dtype_name, extra_bytes, load_arrays,
+                           named_params, net_mismatches, parse_manifest, read_extra,
+                           read_manifest, read_members)
+from ._ckpt_trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
+                            set_trainer_json, set_trainer_states, trainer_params)
 from ._version import __version__
 from .training import loss_scaler
 
@@ -120,7 +120,7 @@ def _params_bytes(named):
                              % (name, str(err).splitlines()[0])) from None
     rows = [{"name": n, "shape": list(a.shape), "dtype": dtype_name(a.dtype)}
             for n, a in arrays.items()]
-    return _io.nd_bytes(arrays), rows
+    return _untrusted.nd_bytes(arrays), rows
 
 
 def save(path, net, trainer=None, scaler=None, extra=None):
@@ -208,7 +208,7 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         arrays = {}
         state = optimizer_json(trainer, arrays)
         trainer_members = [(TRAINER_JSON, json.dumps(state).encode("utf-8")),
-                           (TRAINER_ND, _io.nd_bytes(arrays))]
+                           (TRAINER_ND, _untrusted.nd_bytes(arrays))]
         trainer_info = {"optimizer": type(trainer._optimizer).__name__,
                         "params": trainer_params(trainer, named)}
 

@@ -17,10 +17,10 @@ LAYERS = (
     ("faces", ("cli", "launch", "sysinfo", "run", "_preflight")),
     ("upper", ("symbolic", "diagnostics")),
     ("training", ("training", "optim", "checkpoint", "distributed", "_amp", "_handle", "_master",
-                  "_ckpt_format")),
+                  "_ckpt_format", "_ckpt_plain", "_ckpt_trainer")),
     ("numerics", ("emulation", "scaler")),
     ("bottom", ("_state", "_io", "_graph", "_kvstore", "_finite", "_compat", "_version",
-                "_progress")),
+                "_progress", "_signals", "_untrusted")),
 )
 """The layers of the package, top first: a module imports only from its layer and those below
 (``.importlinter`` enforces the same layers; ``import mxmixed`` loads nothing of 'aside')."""

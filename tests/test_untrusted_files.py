@@ -18,7 +18,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from conftest import ROOT
-from mxmixed import _io, checkpoint, symbolic
+from mxmixed import _untrusted, checkpoint, symbolic
 from mxmixed.checkpoint import CheckpointError
 
 
@@ -234,12 +234,12 @@ def test_nd_bytes_are_the_bytes_mx_nd_save_writes(tmp_path):
     arrays = {"w": mx.nd.ones((2, 3)), "h": mx.nd.array([1, 2], dtype="float16"),
               "i": mx.nd.array([1, 2], dtype="int64"), "u": mx.nd.array([7], dtype="uint8")}
     mx.nd.save(str(tmp_path / "a.nd"), arrays)
-    data = _io.nd_bytes(arrays)
+    data = _untrusted.nd_bytes(arrays)
     assert data == (tmp_path / "a.nd").read_bytes()
-    assert _io.check_nd_bytes(data, "a.nd") == 4
+    assert _untrusted.check_nd_bytes(data, "a.nd") == 4
     for cut in (10, 40, len(data) - 1):
-        with pytest.raises(_io.UnsafeFileError, match="a.nd"):
-            _io.check_nd_bytes(data[:cut], "a.nd")
+        with pytest.raises(_untrusted.UnsafeFileError, match="a.nd"):
+            _untrusted.check_nd_bytes(data[:cut], "a.nd")
 
 
 def test_extra_keeps_its_types(tmp_path):

@@ -17,7 +17,6 @@ import textwrap
 import time
 
 import mxnet as mx
-import numpy as np
 import pytest
 from mxnet import gluon
 

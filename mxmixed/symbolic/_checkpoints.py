@@ -10,7 +10,8 @@ import numpy as np
 
 import mxnet as mx
 
-from .._io import UnsafeFileError, atomic_write_group, check_json_depth, check_nd_bytes, nd_bytes
+from .._io import atomic_write_group
+from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
 from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
