@@ -103,7 +103,7 @@ def check_nd_bytes(data, source):
     view, pos = memoryview(data), 0
 
     def bad(detail):
-        return UnsafeFileError("%s is not a valid MXNet array file: %s; refusing to load it"
+        return UnsafeFileError("%s cannot be loaded: it is not a valid MXNet array file (%s)"
                                % (source, detail))
 
     def take(fmt):
@@ -142,9 +142,9 @@ def check_nd_bytes(data, source):
             raise bad("array %d has the unknown dtype flag %d" % (index, type_flag))
         size = math.prod(dims) * _ND_ITEMSIZE[type_flag]
         if size > len(view) - pos:
-            raise UnsafeFileError("%s: array %d declares the shape %s (%d bytes), more than the "
-                                  "%d bytes left in the file; refusing to load it"
-                                  % (source, index, tuple(dims), size, len(view) - pos))
+            raise UnsafeFileError("%s cannot be loaded: array %d declares the shape %s (%d bytes), "
+                                  "more than the %d bytes left in the file (truncated, or "
+                                  "crafted)" % (source, index, tuple(dims), size, len(view) - pos))
         pos += size
     (names,) = take("<Q")
     if names not in (0, count):

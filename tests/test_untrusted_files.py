@@ -206,8 +206,9 @@ def test_a_params_member_with_a_huge_declared_shape_is_refused(good, tmp_path):
     _write(tmp_path / "shape.mxc", dict(members, **{"params.nd": _huge_shape(members["params.nd"])}))
     net, _ = _net_and_trainer()
     _one_line_refusal(tmp_path / "shape.mxc", net,
-                      match=r"member params.nd: array 0 declares the shape \(1000000, 1000000\)"
-                            r" \(4000000000000 bytes\), more than the \d+ bytes left")
+                      match=r"member params.nd cannot be loaded: array 0 declares the shape "
+                            r"\(1000000, 1000000\) \(4000000000000 bytes\), more than the \d+ "
+                            r"bytes left")
 
 
 @pytest.mark.parametrize("member", ["manifest.json", "extra.json", "trainer.json"])
