@@ -21,7 +21,9 @@ together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``)
 * hold SIGINT and SIGTERM back during the renames (the *commit*): a signal that arrives then is
   delivered once the last rename is done, so that a signal never leaves a half-replaced group,
   and never rolls back (or deletes) a file that was already replaced. Python runs signal
-  handlers in the main thread only, so this covers every thread that writes;
+  handlers in the main thread only, so a write from another thread is not interrupted by them;
+  but a SIGTERM left at its default action ends the whole process at once, as SIGKILL would,
+  when the write is not in the main thread;
 * sweep, before writing, the temporary files that an earlier process killed outright
   (SIGKILL, power loss) left beside the same target: those whose owner pid no longer runs on
   this machine.
@@ -62,7 +64,7 @@ import zlib
 
 from ._signals import signals_held, sigterm_cleans_up
 
-__all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale",
+__all__ = ["atomic_write", "atomic_write_group", "check_writable", "sweep_stale",
            "special_file", "NotRegularFileError"]
 
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
@@ -411,27 +413,3 @@ def atomic_write(path, content):
         temporary file is left.
     """
     atomic_write_group([(path, content)])
-
-
-@contextlib.contextmanager
-def scratch_file(target):
-    """A temporary file beside ``target``, removed on exit (for writers that need a path).
-
-    It is named like the temporary files of :func:`atomic_write`, so that one left by a killed
-    process is swept by the next write to ``target``.
-
-    Parameters
-    ----------
-    target : str
-
-    Yields
-    ------
-    str
-        The path of an empty file.
-    """
-    with sigterm_cleans_up():
-        path = _create(os.fspath(target))
-        try:
-            yield path
-        finally:
-            _remove_quietly([path])
