@@ -5,6 +5,7 @@ Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-ex
 """
 import json
 import os
+import re
 
 import numpy as np
 
@@ -126,12 +127,16 @@ def load_checkpoint(prefix, epoch=0, allow_float16=True):
     return sym, arg_params, aux_params
 
 
+_FLAT_SHAPE = re.compile(r"\s*[(\[]\s*((?:-?\d+\s*,\s*)*(?:-?\d+)?)\s*,?\s*[)\]]\s*")
+
+
 def _shape_attr(text):
-    try:
-        shape = json.loads(text.replace("(", "[").replace(")", "]").replace(",]", "]"))
-    except ValueError:
+    """A declared ``__shape__`` such as ``(3, 4)`` or ``[0, 3]``; None for anything else (read
+    with a flat pattern, never a recursive parser: the attribute comes from the file)."""
+    match = _FLAT_SHAPE.fullmatch(text) if len(text) <= 400 else None
+    if match is None:
         return None
-    return tuple(shape) if isinstance(shape, list) else None
+    return tuple(int(d) for d in match.group(1).split(",") if d.strip())
 
 
 def data_inputs(sym, arg_params, aux_params):
