@@ -76,6 +76,10 @@ def extra_bytes(extra):
     """The members that store ``extra`` without pickle: extra.json and, for NDArrays, extra.nd."""
     arrays = {}
     data = json.dumps(encode_plain(extra, arrays, "extra")).encode("utf-8")
+    if len(data) > MAX_JSON_BYTES:  # load would refuse it: say so now, not at the resume
+        raise ValueError("extra takes %d bytes of JSON, more than the %d that a checkpoint "
+                         "reads back; pass large arrays as NDArrays (mx.nd.array(...)), which "
+                         "are stored beside the JSON" % (len(data), MAX_JSON_BYTES))
     members = [(EXTRA_JSON, data)]
     if arrays:
         members.append((EXTRA_ND, _untrusted.nd_bytes(arrays)))

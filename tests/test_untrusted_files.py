@@ -375,3 +375,15 @@ def test_a_deeply_nested_declared_shape_attribute_is_not_parsed_recursively(tmp_
     symbolic.load_checkpoint(prefix, 0)  # the attribute is not a flat shape: it is ignored
     proc = _convert(prefix, "0", "--out", str(tmp_path / "o16"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_an_extra_too_big_to_read_back_is_refused_when_saving(tmp_path, monkeypatch):
+    from mxmixed import _ckpt_format
+
+    monkeypatch.setattr(_ckpt_format, "MAX_JSON_BYTES", 1000)
+    net, _ = _net_and_trainer()
+    with pytest.raises(ValueError, match="more than the 1000 that a checkpoint reads back"):
+        checkpoint.save(tmp_path / "x.mxc", net, extra={"a": np.zeros(1000)})
+    checkpoint.save(tmp_path / "x.mxc", net, extra={"a": mx.nd.zeros(1000)})  # an NDArray fits
+    assert checkpoint.load(tmp_path / "x.mxc", net)["a"].shape == (1000,)
+    assert os.listdir(tmp_path) == ["x.mxc"]
