@@ -1,4 +1,4 @@
-"""The one atomic writer: checkpoints, converted models and reports reach the disk whole or not at all.
+"""The one atomic writer: checkpoints, converted pairs and reports reach the disk whole, or not.
 
 :func:`atomic_write` writes one file, :func:`atomic_write_group` several files that belong
 together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``). Both:

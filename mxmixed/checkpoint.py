@@ -35,11 +35,11 @@ even one from someone else, runs no code. Its members (format version 2):
 
 Reading checks sizes before it reads: at most 16 members, none compressed, none declaring more
 bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
-at most 256 MiB nested at most 100 levels deep (:data:`mxmixed._untrusted.MAX_JSON_DEPTH`); array
-members whose every declared shape fits in the bytes that follow it. A refusal is a
+at most 256 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
+array members whose every declared shape fits in the bytes that follow it. A refusal is a
 :class:`CheckpointError` of one line that names the file and the limit.
 
-Format 1 (mxmixed before this change) stored the trainer states and ``extra`` as pickles
+Format 1 (written by earlier mxmixed builds) stored the trainer states and ``extra`` as pickles
 (``trainer.states``, ``extra.pkl``), which can run code when loaded. :func:`load` reads such a
 file only with ``trusted=True``; without it, it refuses in one line before unpickling anything
 (a format 1 file without trainer states or extra loads as it is). Saving it again writes

@@ -203,7 +203,8 @@ def _huge_shape(nd):
 
 def test_a_params_member_with_a_huge_declared_shape_is_refused(good, tmp_path):
     _, members = good
-    _write(tmp_path / "shape.mxc", dict(members, **{"params.nd": _huge_shape(members["params.nd"])}))
+    crafted = dict(members, **{"params.nd": _huge_shape(members["params.nd"])})
+    _write(tmp_path / "shape.mxc", crafted)
     net, _ = _net_and_trainer()
     _one_line_refusal(tmp_path / "shape.mxc", net,
                       match=r"member params.nd cannot be loaded: array 0 declares the shape "
