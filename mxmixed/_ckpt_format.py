@@ -134,6 +134,9 @@ def read_members(path):
         raise FileNotFoundError("no checkpoint at '%s'" % path)
     if os.path.isdir(path):
         raise IsADirectoryError("'%s' is a folder, not a checkpoint file" % path)
+    if not os.path.isfile(path):  # a FIFO would block the read, /dev/zero never end it
+        raise CheckpointError("'%s' is not a regular file (a device, a FIFO or a socket); "
+                              "refusing to read it as a checkpoint" % path)
     with open(path, "rb") as fileobj:
         head = fileobj.read(4)
     if head[:4] != b"PK\x03\x04":

@@ -388,3 +388,17 @@ def test_an_extra_too_big_to_read_back_is_refused_when_saving(tmp_path, monkeypa
     checkpoint.save(tmp_path / "x.mxc", net, extra={"a": mx.nd.zeros(1000)})  # an NDArray fits
     assert checkpoint.load(tmp_path / "x.mxc", net)["a"].shape == (1000,)
     assert os.listdir(tmp_path) == ["x.mxc"]
+
+
+def test_a_device_or_a_fifo_is_not_read_as_a_checkpoint_or_a_params_file(tmp_path):
+    # /dev/zero as a params file would be read without end; a FIFO would block the read
+    prefix = _pair(tmp_path)
+    os.remove(prefix + "-0000.params")
+    os.symlink("/dev/zero", prefix + "-0000.params")
+    with pytest.raises(symbolic.ConversionError, match="is not a regular file"):
+        symbolic.load_checkpoint(prefix, 0)
+    os.mkfifo(tmp_path / "fifo.mxc")
+    net, _ = _net_and_trainer()
+    _one_line_refusal(tmp_path / "fifo.mxc", net, match="is not a regular file")
+    os.symlink("/dev/zero", tmp_path / "zero.mxc")
+    _one_line_refusal(tmp_path / "zero.mxc", net, match="is not a regular file")

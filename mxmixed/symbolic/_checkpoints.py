@@ -38,6 +38,10 @@ def checkpoint_paths(prefix, epoch):
 def _read_bytes(path, what):
     if not os.path.exists(path):
         raise ConversionError("%s file %s does not exist" % (what, path))
+    # a FIFO would block the read and /dev/zero never end it (a folder fails to open below)
+    if not (os.path.isfile(path) or os.path.isdir(path)):
+        raise ConversionError("%s file %s is not a regular file (a device, a FIFO or a "
+                              "socket); refusing to read it" % (what, path))
     try:
         with open(path, "rb") as handle:
             return handle.read()
