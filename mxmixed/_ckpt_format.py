@@ -33,7 +33,7 @@ TRAINER = "trainer.states"     # format 1: Trainer.save_states's pickle
 EXTRA = "extra.pkl"            # format 1: the pickled extra
 
 MAX_MEMBERS = 16
-MAX_JSON_BYTES = 256 << 20
+MAX_JSON_BYTES = 16 << 20  # Python objects take ~20x the bytes of dense JSON: ~300 MB at most
 
 
 class CheckpointError(ValueError):

@@ -35,7 +35,7 @@ even one from someone else, runs no code. Its members (format version 2):
 
 Reading checks sizes before it reads: at most 16 members, none compressed, none declaring more
 bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
-at most 256 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
+at most 16 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
 array members whose every declared shape fits in the bytes that follow it. A refusal is a
 :class:`CheckpointError` of one line that names the file and the limit.
 
