@@ -177,6 +177,16 @@ def read_trainer_json(path, members, trainer, order):
         raise CheckpointError("checkpoint '%s' sets optimizer attributes that this %s lacks "
                               "(%s); was it written by another MXNet version?"
                               % (path, type(optimizer).__name__, ", ".join(unknown[:3])))
+    for name, value in attrs.items():
+        if not _same_kind(own[name], value):
+            raise corrupt(path, "optimizer attribute %r is a %s, this %s's is a %s"
+                          % (name, type(value).__name__, type(optimizer).__name__,
+                             type(own[name]).__name__))
+    bad = [k for k, v in states.items() if not (isinstance(k, int) and 0 <= k < len(order)
+                                                and _is_state(v))]
+    if bad:
+        raise corrupt(path, "the optimizer state of parameter %.20r is not made of arrays"
+                      % (bad[0],))
     schedule = attrs.get("lr_scheduler")
     if isinstance(schedule, _Object):
         mine = optimizer.lr_scheduler
@@ -197,6 +207,25 @@ def read_trainer_json(path, members, trainer, order):
     if current is not None and current not in counts:
         raise corrupt(path, "the update counters name an unknown device")
     return TrainerData(attrs, current, data.get("states"), arrays, order)
+
+
+def _same_kind(mine, theirs):
+    """Whether a saved optimizer attribute can stand where the trainer's own value stands."""
+    if mine is None or theirs is None or isinstance(theirs, _Object):
+        return True
+    number = (int, float)
+    if isinstance(mine, bool) or isinstance(theirs, bool):
+        return isinstance(mine, bool) == isinstance(theirs, bool)
+    if isinstance(mine, number):
+        return isinstance(theirs, number)
+    return isinstance(theirs, type(mine)) or isinstance(mine, type(theirs))
+
+
+def _is_state(value):
+    """An optimizer state: None, an NDArray, or a tuple or list of states."""
+    if value is None or isinstance(value, mx.nd.NDArray):
+        return True
+    return isinstance(value, (tuple, list)) and all(_is_state(v) for v in value)
 
 
 def set_trainer_json(trainer, data):

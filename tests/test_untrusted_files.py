@@ -402,3 +402,20 @@ def test_a_device_or_a_fifo_is_not_read_as_a_checkpoint_or_a_params_file(tmp_pat
     _one_line_refusal(tmp_path / "fifo.mxc", net, match="is not a regular file")
     os.symlink("/dev/zero", tmp_path / "zero.mxc")
     _one_line_refusal(tmp_path / "zero.mxc", net, match="is not a regular file")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda state: state["attrs"]["$dict"].append(["lr", "fast"]),
+     "optimizer attribute 'lr' is a str, this SGD's is a float"),
+    (lambda state: state["states"]["$dict"].append([0, "momentum"]),
+     "state of parameter 0 is not made of arrays"),
+    (lambda state: state["states"]["$dict"].append([99, None]),
+     "state of parameter 99 is not made of arrays"),
+], ids=["lr-as-text", "text-state", "unknown-parameter"])
+def test_optimizer_data_of_the_wrong_kind_is_refused_at_load(good, tmp_path, change, match):
+    _, members = good
+    state = json.loads(members["trainer.json"])
+    change(state)
+    _write(tmp_path / "kind.mxc", dict(members, **{"trainer.json": json.dumps(state)}))
+    net, trainer = _net_and_trainer(momentum=0.9)
+    _one_line_refusal(tmp_path / "kind.mxc", net, trainer, match=match)
