@@ -32,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -119,14 +120,17 @@ def profile(steps=5):
     for _ in range(3):
         step()
     mx.nd.waitall()
-    mx.profiler.set_config(profile_all=True, aggregate_stats=True, continuous_dump=False,
-                           filename=os.devnull)
-    mx.profiler.set_state("run")
-    for _ in range(steps):
-        step()
-    mx.nd.waitall()
-    mx.profiler.set_state("stop")
-    text = mx.profiler.dumps(reset=True)
+    # The profiler writes its trace by creating its file anew: given os.devnull, a root process
+    # replaced /dev/null with a regular file. Its trace goes to a folder of its own instead.
+    with tempfile.TemporaryDirectory(prefix="mxmixed-profile-") as folder:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True, continuous_dump=False,
+                               filename=os.path.join(folder, "profile.json"))
+        mx.profiler.set_state("run")
+        for _ in range(steps):
+            step()
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        text = mx.profiler.dumps(reset=True)  # the trace was written at "stop", in the folder
     ops, section = {}, None
     for line in text.splitlines():
         if line.startswith("====="):

@@ -1,11 +1,11 @@
 """The checkpoint file format of :mod:`mxmixed.checkpoint`: members, manifest, and checks.
 
 Everything here reads and checks; nothing changes a net, a trainer or a scaler. The format is
-described in :mod:`mxmixed.checkpoint`.
+described in :mod:`mxmixed.checkpoint`; the plain data of ``extra`` and of the optimizer is
+:mod:`mxmixed._ckpt_plain`, the trainer's part :mod:`mxmixed._ckpt_trainer`.
 """
 import json
 import os
-import pickle
 import zipfile
 
 import numpy as np
@@ -13,17 +13,27 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
+from . import _untrusted
+from ._ckpt_plain import decode_plain, encode_plain
 from ._version import __version__
 from .scaler import LossScaler
 
 FORMAT = "mxmixed-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+PICKLED_VERSION = 1  # trainer states and extra as pickles: read only with trusted=True
 
 MANIFEST = "manifest.json"
 PARAMS = "params.nd"
-TRAINER = "trainer.states"
 SCALER = "scaler.json"
-EXTRA = "extra.pkl"
+TRAINER_JSON = "trainer.json"  # the optimizer's settings and the layout of its states
+TRAINER_ND = "trainer.nd"      # the optimizer states' arrays
+EXTRA_JSON = "extra.json"
+EXTRA_ND = "extra.nd"
+TRAINER = "trainer.states"     # format 1: Trainer.save_states's pickle
+EXTRA = "extra.pkl"            # format 1: the pickled extra
+
+MAX_MEMBERS = 16
+MAX_JSON_BYTES = 16 << 20  # Python objects take ~20x the bytes of dense JSON: ~300 MB at most
 
 
 class CheckpointError(ValueError):
@@ -31,6 +41,8 @@ class CheckpointError(ValueError):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
 def named_params(net):
     if not isinstance(net, gluon.Block):
         raise TypeError("net must be a gluon Block, got %s" % type(net).__name__)
@@ -53,25 +65,6 @@ def shape_fits(own, saved):
                                           for mine, theirs in zip(own, saved))
 
 
-def trainer_params(trainer, named):
-    """(name, shape, dtype) of each trainer parameter, in the trainer's order."""
-    by_id = {}
-    for name, param in named.items():
-        by_id.setdefault(id(param), name)
-    rows = []
-    for param in trainer._params:
-        name = by_id.get(id(param))
-        rows.append({"name": name, "shape": list(param.shape or ()),
-                     "dtype": dtype_name(param.dtype)})
-    return rows
-
-
-
-def check_trainer(trainer):
-    if trainer is not None and not isinstance(trainer, gluon.Trainer):
-        raise TypeError("trainer must be a gluon.Trainer, got %s" % type(trainer).__name__)
-
-
 def check_scaler(scaler):
     if scaler is not None and not (hasattr(scaler, "state_dict")
                                    and hasattr(scaler, "load_state_dict")):
@@ -79,48 +72,60 @@ def check_scaler(scaler):
                         "load_state_dict), got %s" % type(scaler).__name__)
 
 
-
-def trainer_states(trainer):
-    """The bytes ``trainer.save_states`` would write, without a file.
-
-    ``Trainer.save_states`` writes exactly ``updater.get_states(dump_optimizer=True)`` of its
-    (or its kvstore's) updater; doing it in memory leaves no temporary file anywhere.
-    """
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    if trainer._params_to_init:
-        trainer._init_params()
-    return _updaters(trainer)[0].get_states(dump_optimizer=True)
-
-
-def set_trainer_states(trainer, data):
-    """What ``trainer.load_states`` does with the bytes of a states file, without a file."""
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    if trainer._params_to_init:
-        trainer._init_params()
-    updaters = _updaters(trainer)
-    for updater in updaters:
-        updater.set_states(data)
-        updater.optimizer = updaters[0].optimizer
-    trainer._optimizer = updaters[0].optimizer
-    trainer._optimizer.param_dict = dict(enumerate(trainer._params))
+def extra_bytes(extra):
+    """The members that store ``extra`` without pickle: extra.json and, for NDArrays, extra.nd."""
+    arrays = {}
+    data = json.dumps(encode_plain(extra, arrays, "extra")).encode("utf-8")
+    if len(data) > MAX_JSON_BYTES:  # load would refuse it: say so now, not at the resume
+        raise ValueError("extra takes %d bytes of JSON, more than the %d that a checkpoint "
+                         "reads back; pass large arrays as NDArrays (mx.nd.array(...)), which "
+                         "are stored beside the JSON" % (len(data), MAX_JSON_BYTES))
+    members = [(EXTRA_JSON, data)]
+    if arrays:
+        members.append((EXTRA_ND, _untrusted.nd_bytes(arrays)))
+    return members
 
 
-def _updaters(trainer):
-    if trainer._update_on_kvstore:
-        updater = trainer._kvstore._updater
-        if updater is None:
-            raise ValueError("the trainer updates on a distributed kvstore's servers, whose "
-                             "optimizer states cannot be saved or loaded from a worker")
-        return [updater]
-    return trainer._updaters
+def read_extra(path, members):
+    data = json_member(path, members, EXTRA_JSON)
+    arrays = nd_member(path, members, EXTRA_ND) if EXTRA_ND in members else {}
+    try:
+        return decode_plain(data, arrays)
+    except ValueError as err:
+        raise corrupt(path, "unreadable extra: %s" % err) from None
 
 
 # ----------------------------------------------------------------------------- reading
+
+
 def corrupt(path, detail):
     return CheckpointError("checkpoint '%s' is truncated or corrupt (%s); it cannot be loaded. "
                            "Use an earlier checkpoint." % (path, detail))
+
+
+def _check_archive(path, archive):
+    """Refuse, before any member is read, an archive whose members could not be this file's."""
+    size = os.path.getsize(path)
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise CheckpointError("checkpoint '%s' has %d members, more than the limit of %d; "
+                              "refusing to read it" % (path, len(infos), MAX_MEMBERS))
+    names = [info.filename for info in infos]
+    if len(set(names)) != len(names):
+        raise CheckpointError("checkpoint '%s' names a member twice; refusing to read it" % path)
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError("checkpoint '%s': member %s is compressed (method %d); "
+                                  "mxmixed writes uncompressed members only and does not "
+                                  "inflate them (the limit is the file's own size)"
+                                  % (path, info.filename, info.compress_type))
+        total += info.file_size
+        if info.file_size != info.compress_size or total > size \
+                or info.header_offset + info.compress_size > size:
+            raise CheckpointError("checkpoint '%s': member %s declares %d bytes, more than the "
+                                  "%d bytes of the file; refusing to read it"
+                                  % (path, info.filename, info.file_size, size))
 
 
 def read_members(path):
@@ -129,6 +134,9 @@ def read_members(path):
         raise FileNotFoundError("no checkpoint at '%s'" % path)
     if os.path.isdir(path):
         raise IsADirectoryError("'%s' is a folder, not a checkpoint file" % path)
+    if not os.path.isfile(path):  # a FIFO would block the read, /dev/zero never end it
+        raise CheckpointError("'%s' is not a regular file (a device, a FIFO or a socket); "
+                              "refusing to read it as a checkpoint" % path)
     with open(path, "rb") as fileobj:
         head = fileobj.read(4)
     if head[:4] != b"PK\x03\x04":
@@ -139,6 +147,7 @@ def read_members(path):
                               "with net.load_parameters)" % path)
     try:
         with zipfile.ZipFile(path, "r") as archive:
+            _check_archive(path, archive)
             names = archive.namelist()
             if MANIFEST not in names:
                 raise CheckpointError("'%s' is a ZIP archive but not an mxmixed checkpoint "
@@ -155,27 +164,84 @@ def read_members(path):
     return path, members
 
 
-def parse_manifest(path, members):
+def json_member(path, members, name):
+    """A JSON member, its size and nesting depth checked before it is parsed."""
+    data = members[name]
+    if len(data) > MAX_JSON_BYTES:
+        raise CheckpointError("checkpoint '%s': member %s holds %d bytes of JSON, more than the "
+                              "limit of %d; refusing to parse it"
+                              % (path, name, len(data), MAX_JSON_BYTES))
     try:
-        manifest = json.loads(members[MANIFEST].decode("utf-8"))
+        _untrusted.check_json_depth(data, "checkpoint '%s': member %s" % (path, name))
+    except _untrusted.UnsafeFileError as err:
+        raise CheckpointError(str(err)) from None
+    try:
+        return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise corrupt(path, "unreadable manifest: %s" % err) from None
+        raise corrupt(path, "unreadable %s: %s" % (name, err)) from None
+
+
+def nd_member(path, members, name):
+    """An array member (``mx.nd.save``'s format), its declared sizes checked before loading."""
+    data = members[name]
+    try:
+        _untrusted.check_nd_bytes(data, "checkpoint '%s': member %s" % (path, name))
+    except _untrusted.UnsafeFileError as err:
+        raise CheckpointError(str(err)) from None
+    try:
+        arrays = mx.nd.load_frombuffer(data)
+    except mx.base.MXNetError as err:
+        raise corrupt(path, "unreadable %s: %s" % (name, _mx_line(err))) from None
+    if isinstance(arrays, list) and not arrays:
+        return {}
+    if not isinstance(arrays, dict):
+        raise corrupt(path, "the arrays of %s are not named" % name)
+    return arrays
+
+
+def _mx_line(err):
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()
+             and not line.startswith(("Traceback", "File "))]
+    return lines[-1] if lines else type(err).__name__
+
+
+def _rows_ok(rows, names_optional=False):
+    return isinstance(rows, list) and all(
+        isinstance(r, dict) and (isinstance(r.get("name"), str)
+                                 or (names_optional and r.get("name") is None))
+        and isinstance(r.get("shape"), list) and len(r["shape"]) <= 32
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in r["shape"])
+        and isinstance(r.get("dtype"), str) for r in rows)
+
+
+def parse_manifest(path, members):
+    manifest = json_member(path, members, MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError("'%s' is not an mxmixed checkpoint (its manifest says format %r)"
+        raise CheckpointError("'%s' is not an mxmixed checkpoint (its manifest says format %.60r)"
                               % (path, manifest.get("format") if isinstance(manifest, dict)
                                  else None))
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError("checkpoint '%s' has format version %r, written by mxmixed %s; "
+        raise CheckpointError("checkpoint '%s' has format version %.20r, written by mxmixed %.20s; "
                               "this mxmixed %s reads versions up to %d: upgrade mxmixed"
                               % (path, version, manifest.get("mxmixed_version", "?"),
                                  __version__, FORMAT_VERSION))
     for key in ("params", "trainer", "has_scaler", "has_extra"):
         if key not in manifest:
             raise corrupt(path, "the manifest lacks %r" % key)
-    for name, flag in ((TRAINER, manifest["trainer"] is not None),
-                       (SCALER, manifest["has_scaler"]), (EXTRA, manifest["has_extra"]),
-                       (PARAMS, True)):
+    trainer = manifest["trainer"]
+    if not (_rows_ok(manifest["params"]) and isinstance(manifest["has_scaler"], bool)
+            and isinstance(manifest["has_extra"], bool)
+            and (trainer is None or (isinstance(trainer, dict)
+                                     and isinstance(trainer.get("optimizer"), str)
+                                     and _rows_ok(trainer.get("params"), True)))):
+        raise corrupt(path, "the manifest's entries have the wrong types")
+    if version == PICKLED_VERSION:
+        needed = ((TRAINER, trainer is not None), (EXTRA, manifest["has_extra"]))
+    else:
+        needed = ((TRAINER_JSON, trainer is not None), (TRAINER_ND, trainer is not None),
+                  (EXTRA_JSON, manifest["has_extra"]))
+    for name, flag in needed + ((SCALER, manifest["has_scaler"]), (PARAMS, True)):
         if flag and name not in members:
             raise corrupt(path, "the member %s is missing" % name)
     return manifest
@@ -183,6 +249,8 @@ def parse_manifest(path, members):
 
 def read_manifest(path):
     """The manifest of a checkpoint: versions, parameter names, shapes and dtypes.
+
+    Reading it runs no code, for any file: sizes and nesting are checked first.
 
     Parameters
     ----------
@@ -211,12 +279,7 @@ def read_manifest(path):
 
 
 def load_arrays(path, members, manifest):
-    try:
-        arrays = mx.nd.load_frombuffer(members[PARAMS])
-    except mx.base.MXNetError as err:
-        raise corrupt(path, "unreadable parameters: %s" % str(err).splitlines()[0]) from None
-    if not isinstance(arrays, dict):
-        raise corrupt(path, "the parameters are not a named dictionary")
+    arrays = nd_member(path, members, PARAMS)
     listed = {row["name"]: row for row in manifest["params"]}
     if set(listed) != set(arrays):
         raise corrupt(path, "the manifest and the parameters name different arrays")
@@ -250,83 +313,10 @@ def net_mismatches(named, manifest):
     return problems
 
 
-def check_trainer_states(path, members, manifest, trainer, named):
-    info = manifest["trainer"]
-    if info is None:
-        raise CheckpointError("checkpoint '%s' holds no trainer states; call load without a "
-                              "trainer to restore only the net" % path)
-    optimizer = type(trainer._optimizer).__name__
-    if info.get("optimizer") != optimizer:
-        raise CheckpointError("checkpoint '%s' was written with optimizer %s, this trainer uses "
-                              "%s" % (path, info.get("optimizer"), optimizer))
-    saved = info.get("params", [])
-    mine = trainer_params(trainer, named)
-    if len(saved) != len(mine):
-        raise CheckpointError("checkpoint '%s' has optimizer states for %d parameters, this "
-                              "trainer has %d" % (path, len(saved), len(mine)))
-    order = _match_params(path, saved, mine)
-    data = members[TRAINER]
-    try:
-        states = pickle.loads(data)
-    except Exception as err:  # a damaged pickle raises almost anything
-        raise corrupt(path, "unreadable trainer states: %s: %s"
-                       % (type(err).__name__, err)) from None
-    if not (isinstance(states, tuple) and len(states) == 2 and isinstance(states[0], dict)
-            and isinstance(states[1], mx.optimizer.Optimizer)):
-        raise corrupt(path, "the trainer states are not (states, optimizer)")
-    if order != list(range(len(order))):
-        data = pickle.dumps(_reindex(states, order))
-    return data
-
-
-def _match_params(path, saved, mine):
-    """For each saved trainer parameter, the index of the same parameter in this trainer.
-
-    A Trainer orders its parameters by their MXNet names, which carry process-wide counters
-    (``dense9_weight``, ``dense10_weight``), so the same net built after other layers can list
-    them in another order; the structural names (``0.weight``) match them whatever the order.
-    """
-    names = [r["name"] for r in mine]
-    by_name = all(names) and len(set(names)) == len(names) and all(r["name"] for r in saved)
-    where = {name: j for j, name in enumerate(names)}
-    order = []
-    for k, theirs in enumerate(saved):
-        j = where.get(theirs["name"]) if by_name else k
-        ours = mine[j] if j is not None else None
-        if ours is None or theirs["dtype"] != ours["dtype"] or \
-                not shape_fits(tuple(ours["shape"]), tuple(theirs["shape"])):
-            raise CheckpointError(
-                "checkpoint '%s' does not fit this trainer: its parameter %d is '%s' %s, the "
-                "trainer's is %s" % (path, k, theirs["name"],
-                                     describe(theirs["shape"], theirs["dtype"]),
-                                     "'%s' %s" % (ours["name"], describe(ours["shape"],
-                                                                          ours["dtype"]))
-                                     if ours is not None else "missing"))
-        order.append(j)
-    return order
-
-
-def _reindex(states, order):
-    """``(states, optimizer)`` with the per-parameter entries moved to this trainer's indices."""
-    per_param, optimizer = states
-    move = {k: j for k, j in enumerate(order)}
-    per_param = {move.get(k, k): v for k, v in per_param.items()}
-    for counts in getattr(optimizer, "_all_index_update_counts", {}).values():
-        items = list(counts.items())
-        counts.clear()
-        counts.update({move.get(k, k): v for k, v in items})
-    return per_param, optimizer
-
-
 def check_scaler_state(path, members):
-    try:
-        state = json.loads(members[SCALER].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise corrupt(path, "unreadable loss-scaler state: %s" % err) from None
+    state = json_member(path, members, SCALER)
     try:
         LossScaler().load_state_dict(state)  # validate on a throwaway scaler first
     except (ValueError, TypeError) as err:
         raise corrupt(path, "bad loss-scaler state: %s" % err) from None
     return state
-
-

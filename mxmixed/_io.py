@@ -1,8 +1,12 @@
-"""The one atomic writer: checkpoints and converted models reach the disk whole or not at all.
+"""The one atomic writer: checkpoints, converted pairs and reports reach the disk whole, or not.
 
 :func:`atomic_write` writes one file, :func:`atomic_write_group` several files that belong
 together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``). Both:
 
+* refuse a target that exists and is not a regular file (a symbolic link, a device such as
+  ``/dev/null``, a FIFO, a socket) with :class:`NotRegularFileError` (an ``OSError``): renaming
+  over it would replace the link or the device with a plain file, and writing through it would
+  write where the caller did not look. Nothing is changed;
 * write each file to a temporary name in the target's own folder
   (``.<name>.<pid>.<tag>.tmp``), so that the final rename never crosses a filesystem;
 * create it with mode ``0o666`` less the umask, as a plain ``open()`` would; the process umask
@@ -10,72 +14,60 @@ together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``)
 * fsync the data, ``os.replace`` it over the target, then fsync the folder so that the rename
   itself is durable;
 * remove their temporary files on any error, ``KeyboardInterrupt`` (SIGINT) and SIGTERM
-  included: while a write is in progress in the main thread, a SIGTERM whose handler is still
-  the default one aborts the write, the clean-up runs, and the signal is then delivered again
-  with its default action (the process ends as SIGTERM would have ended it);
+  included, while the data is being written: while a write is in progress in the main thread, a
+  SIGTERM whose handler is still the default one aborts the write, the clean-up runs, and the
+  signal is then delivered again with its default action (the process ends as SIGTERM would
+  have ended it);
+* hold SIGINT and SIGTERM back during the renames (the *commit*): a signal that arrives then is
+  delivered once the last rename is done, so that a signal never leaves a half-replaced group,
+  and never rolls back (or deletes) a file that was already replaced. Python runs signal
+  handlers in the main thread only, so a write from another thread is not interrupted by them;
+  but a SIGTERM left at its default action ends the whole process at once, as SIGKILL would,
+  when the write is not in the main thread;
 * sweep, before writing, the temporary files that an earlier process killed outright
   (SIGKILL, power loss) left beside the same target: those whose owner pid no longer runs on
   this machine.
 
 A group write never destroys a good earlier group: every old target is first hard-linked to a
 backup name beside it (``.<name>.<pid>.<tag>.bak``; a copy where the filesystem has no hard
-links), the new files are renamed over the targets one by one, and if any step fails the
+links), the new files are renamed over the targets one by one, and if a rename fails the
 targets already replaced are restored from their backups (or removed, where there was no
-earlier file). The backups are removed at the end. Only if a rollback itself fails (a second
-fault) is a backup kept, and the error names it in a note; a later write to the same target
-sweeps it once this process has ended.
+earlier file). Whether a target was replaced is read from the disk (its temporary file is gone),
+not from a list kept beside the rename. The backups are removed at the end. Only if a rollback
+itself fails (a second fault) is a backup kept, and the error names it in a note; a later write
+to the same target sweeps it once this process has ended.
+
+Two processes writing a group to the same place take turns for the renames: the commit holds an
+exclusive ``fcntl.flock`` on a lock file beside the first target (``.<name>.lock``, removed by
+the holder before it unlocks), so the group on disk is always one writer's complete group. Where
+the filesystem has no ``flock`` (some network filesystems) the writers are not serialized.
+
+A full disk while the data is written is an ``OSError`` (``ENOSPC``) whose message is one line;
+nothing is replaced.
 
 .. note::
-   Only a process killed *between* two renames of a group (a window of microseconds) can leave
-   a mixed group behind; the next group write to the same place replaces it whole.
+   Only a process killed outright (SIGKILL, power loss) *between* two renames of a group (a
+   window of microseconds) can leave a mixed group behind; the next group write to the same
+   place replaces it whole.
+
+Reading files from someone else is :mod:`mxmixed._untrusted`.
 """
 import contextlib
+import errno
 import os
 import re
 import secrets
 import shutil
-import signal
 import socket
-import threading
+import stat
 import zlib
 
-__all__ = ["atomic_write", "atomic_write_group", "check_writable", "scratch_file", "sweep_stale"]
+from ._signals import signals_held, sigterm_cleans_up
+
+__all__ = ["atomic_write", "atomic_write_group", "check_writable", "sweep_stale",
+           "special_file", "NotRegularFileError"]
 
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived while a write was in progress (raised to run the clean-up)."""
-
-
-@contextlib.contextmanager
-def _sigterm_cleans_up():
-    """Turn a SIGTERM with the default action into an exception for the duration of a write.
-
-    Only the main thread can install handlers, and only the default action needs changing: a
-    handler the program installed itself (or SIG_IGN) is left alone. After the block, the
-    previous handler is restored and a SIGTERM that arrived is raised again, so the process
-    still ends as the signal asks, with its temporary files gone.
-    """
-    sigterm = getattr(signal, "SIGTERM", None)
-    if sigterm is None or threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(sigterm) is not signal.SIG_DFL:
-        yield
-        return
-    received = []
-
-    def handler(signum, frame):
-        received.append(signum)
-        if len(received) == 1:
-            raise _Terminated()
-
-    previous = signal.signal(sigterm, handler)
-    try:
-        yield
-    finally:
-        signal.signal(sigterm, previous)
-        if received:  # the clean-up has run: now end as the signal asks
-            signal.raise_signal(sigterm)
 
 
 def _name(target, kind):
@@ -147,16 +139,54 @@ def sweep_stale(target):
     return removed
 
 
-def _fill(path, content):
-    if callable(content):
-        content(path)
-    else:
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        with open(path, "wb") as fileobj:
-            fileobj.write(content)
-    with open(path, "rb") as fileobj:
-        os.fsync(fileobj.fileno())
+class NotRegularFileError(OSError):
+    """A write target exists and is not a regular file (a link, a device, a FIFO, a socket)."""
+
+
+def _kind(mode):
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def special_file(path):
+    """What ``path`` is, when it exists and is not a regular file; None otherwise.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    str or None
+        ``'a symbolic link'``, ``'a character device'``, ``'a FIFO (named pipe)'``, ... (a link
+        is reported as a link, whatever it points to); None for a regular file or no file.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def _fill(path, content, target):
+    try:
+        if callable(content):
+            content(path)
+        else:
+            if isinstance(content, str):
+                content = content.encode("utf-8")
+            with open(path, "wb") as fileobj:
+                fileobj.write(content)
+        with open(path, "rb") as fileobj:
+            os.fsync(fileobj.fileno())
+    except OSError as err:  # a full disk: one line that names the target, not the temporary
+        if err.errno is None or isinstance(err, NotRegularFileError):
+            raise
+        raise OSError(err.errno, err.strerror, target) from None
 
 
 def _fsync_folder(folder):
@@ -183,16 +213,21 @@ def _check_target(target):
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise FileNotFoundError(2, "the folder %s does not exist" % folder, target)
-    if os.path.isdir(target):
+    kind = special_file(target)
+    if kind == "a folder":
         raise IsADirectoryError(21, "it is a folder", target)
+    if kind is not None:
+        raise NotRegularFileError(errno.EINVAL, "it is %s, not a regular file; mxmixed never "
+                                  "writes over one (remove it, or write elsewhere)" % kind, target)
 
 
 def check_writable(paths):
     """Check, before any expensive work, that :func:`atomic_write_group` could write ``paths``.
 
-    For each path: its folder exists, it is not a folder, a file can be created beside it (the
-    temporary file is removed at once), and an existing file there can be opened for writing
-    (an immutable file cannot, even by root). Nothing is changed.
+    For each path: its folder exists, it is not a folder nor any other kind of file that is not
+    a regular file (a link, a device, a FIFO), a file can be created beside it (the temporary
+    file is removed at once), and an existing file there can be opened for writing (an
+    immutable file cannot, even by root). Nothing is changed.
 
     Parameters
     ----------
@@ -201,15 +236,16 @@ def check_writable(paths):
     Raises
     ------
     OSError
-        The first problem found (FileNotFoundError, IsADirectoryError, PermissionError ...),
-        with the path in its ``filename``.
+        The first problem found (FileNotFoundError, IsADirectoryError, NotRegularFileError,
+        PermissionError ...), with the path in its ``filename``.
     """
     for path in paths:
         path = os.fspath(path)
         _check_target(path)
         _remove_quietly([_create(path)])
         if os.path.lexists(path):
-            os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)))
+            os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)
+                             | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
 
 
 def _backup(target):
@@ -228,6 +264,76 @@ def _backup(target):
     return backup
 
 
+@contextlib.contextmanager
+def _group_lock(target):
+    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, removed before unlocking.
+
+    A writer that opened the lock file before its holder removed it finds, once it holds the
+    lock, that the name now points elsewhere (or nowhere), and starts again. Where there is no
+    ``fcntl`` (Windows) or the filesystem refuses ``flock``, the block runs unlocked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder, base = os.path.split(os.path.abspath(target))
+    path = os.path.join(folder, ".%s.lock" % base)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK on some network filesystems
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            yield
+            return
+        try:
+            mine, named = os.fstat(fd), os.stat(path)
+            same = (mine.st_dev, mine.st_ino) == (named.st_dev, named.st_ino)
+        except FileNotFoundError:
+            same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)
+
+
+def _commit(paths, temps):
+    """Rename ``temps`` over ``paths``; on failure put back the targets already replaced."""
+    for path in paths:  # again, now that no other writer renames: a link may have appeared
+        _check_target(path)
+    backups = {}
+    try:
+        if len(paths) > 1:
+            for path in paths:
+                backups[path] = _backup(path)
+        for path, temp in zip(paths, temps):
+            os.replace(temp, path)
+    except BaseException as err:
+        # a target was replaced when its temporary file is gone: read from the disk, so that
+        # an error raised just after a rename cannot leave that rename out of the rollback
+        replaced = [p for p, t in zip(paths, temps) if not os.path.lexists(t)]
+        kept = _restore(replaced, backups)
+        if kept and hasattr(err, "add_note"):
+            err.add_note("could not put back the earlier %s; its copy is kept at %s"
+                         % tuple(", ".join(x) for x in zip(*kept)))
+        raise
+    finally:
+        _remove_quietly(b for b in backups.values() if b is not None)
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        _fsync_folder(folder)
+
+
 def atomic_write_group(contents):
     """Write several files so that either all of them are replaced, or none is touched.
 
@@ -236,42 +342,35 @@ def atomic_write_group(contents):
     contents : list of (str, bytes or str or callable)
         Each target path with what goes into it: bytes, text (written as UTF-8), or a function
         that gets the path of an empty temporary file beside the target and fills it (for
-        writers that want a file name, such as ``mx.nd.save``).
+        writers that want a file name).
 
     Raises
     ------
+    NotRegularFileError
+        (an OSError) When a target exists and is a link, a device, a FIFO or a socket: nothing
+        is written.
     OSError
-        When a file cannot be written or replaced. Every target is then as it was before the
-        call and no temporary file or backup is left.
+        When a file cannot be written or replaced (``ENOSPC`` for a full disk, with the target
+        in ``filename``). Every target is then as it was before the call and no temporary file
+        or backup is left.
     """
     contents = [(os.fspath(path), content) for path, content in contents]
     for path, _ in contents:
         _check_target(path)
-    temps, backups, replaced = [], {}, []
-    with _sigterm_cleans_up():
+    paths = [path for path, _ in contents]
+    temps = []
+    with sigterm_cleans_up():
         try:
-            for path, _ in contents:
+            for path in paths:
                 sweep_stale(path)
             for path, content in contents:
                 temps.append(_create(path))
-                _fill(temps[-1], content)
-            if len(contents) > 1:
-                for path, _ in contents:
-                    backups[path] = _backup(path)
-            for (path, _), temp in zip(contents, temps):
-                os.replace(temp, path)
-                replaced.append(path)
-            for folder in sorted({os.path.dirname(os.path.abspath(p)) for p, _ in contents}):
-                _fsync_folder(folder)
-        except BaseException as err:
-            kept = _restore(replaced, backups)
-            _remove_quietly(temps)
-            if kept and hasattr(err, "add_note"):
-                err.add_note("could not put back the earlier %s; its copy is kept at %s"
-                             % tuple(", ".join(x) for x in zip(*kept)))
-            raise
+                _fill(temps[-1], content, path)
+            lock = _group_lock(paths[0]) if len(paths) > 1 else contextlib.nullcontext()
+            with lock, signals_held():
+                _commit(paths, temps)
         finally:
-            _remove_quietly(b for b in backups.values() if b is not None)
+            _remove_quietly(temps)  # those renamed are gone already
 
 
 def _restore(replaced, backups):
@@ -282,6 +381,8 @@ def _restore(replaced, backups):
     """
     kept = []
     for path in reversed(replaced):
+        if path not in backups:  # a single file: its rename is the whole write, nothing to undo
+            continue
         backup = backups.get(path)
         try:
             if backup is None:
@@ -312,27 +413,3 @@ def atomic_write(path, content):
         temporary file is left.
     """
     atomic_write_group([(path, content)])
-
-
-@contextlib.contextmanager
-def scratch_file(target):
-    """A temporary file beside ``target``, removed on exit (for writers that need a path).
-
-    It is named like the temporary files of :func:`atomic_write`, so that one left by a killed
-    process is swept by the next write to ``target``.
-
-    Parameters
-    ----------
-    target : str
-
-    Yields
-    ------
-    str
-        The path of an empty file.
-    """
-    with _sigterm_cleans_up():
-        path = _create(os.fspath(target))
-        try:
-            yield path
-        finally:
-            _remove_quietly([path])

@@ -7,6 +7,8 @@ import math
 import os
 import tempfile
 
+from ._io import special_file
+
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
            "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
            "EXIT_USAGE", "EXIT_WRITE_FAILED"]
@@ -81,6 +83,10 @@ def check_out_prefix(out, in_files, out_files):
     for path in out_files:
         if os.path.isdir(path):
             raise CLIError("%s is a folder; it cannot be replaced by the converted file" % path)
+        kind = special_file(path)
+        if kind is not None:  # renaming over it would replace the link or device by a file
+            raise CLIError("%s is %s, not a regular file; mxmixed never writes over one (remove "
+                           "it, or choose another --out)" % (path, kind))
     _probe_writable(folder, "output folder")
 
 
@@ -131,8 +137,14 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     """
     batch = min(batch_size, count)
     internals = sym.get_internals()
-    _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
-    _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
+    try:
+        _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
+        _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
+    except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise CLIError("samples of shape %s at batch size %d do not fit the graph: %s"
+                       % (",".join(map(str, sample_shape)), batch,
+                          lines[-1] if lines else type(err).__name__)) from None
     activations = sum(_size(s) for s in inner or ())
     kept = count * sum(_size(s) for s in outputs or ())
     return 4 * (count * _size(sample_shape) + 2 * (activations + kept))

@@ -7,10 +7,11 @@ restores it all.
 The file format
 ---------------
 A checkpoint is an uncompressed ZIP archive (:mod:`zipfile`, ``ZIP_STORED``; every member
-carries a CRC-32 that is checked on reading). Its members:
+carries a CRC-32 that is checked on reading). Nothing in it is a pickle: loading a checkpoint,
+even one from someone else, runs no code. Its members (format version 2):
 
 ``manifest.json``
-    ``{"format": "mxmixed-checkpoint", "format_version": 1, "mxmixed_version": ...,
+    ``{"format": "mxmixed-checkpoint", "format_version": 2, "mxmixed_version": ...,
     "mxnet_version": ..., "params": [{"name", "shape", "dtype"}, ...], "trainer": {...} or
     null, "has_scaler": bool, "has_extra": bool}``. Parameter names are the structural names
     of ``Block.save_parameters`` (``features.0.weight``, ``hidden.bias``), which do not depend
@@ -19,29 +20,42 @@ carries a CRC-32 that is checked on reading). Its members:
     All parameters, BatchNorm's running mean and variance included, in the format of
     ``mx.nd.save`` and under the same names as ``net.save_parameters`` writes them: unzip it
     and ``net.load_parameters('params.nd')`` loads it.
-``trainer.states`` (optional)
-    Exactly the bytes ``Trainer.save_states`` writes: the optimizer (with its update
-    counters and learning-rate schedule) and its per-parameter states, such as the momentum
-    and, for ``multi_precision``, the float32 master weights of float16 parameters.
+``trainer.json`` and ``trainer.nd`` (optional)
+    The optimizer's settings and counters (learning rate, schedule, update counts, ...) and the
+    layout of its per-parameter states as JSON, and the states themselves (the momentum and,
+    for ``multi_precision``, the float32 master weights of float16 parameters) in the format of
+    ``mx.nd.save``. This is what ``Trainer.save_states`` stores, without its pickle.
 ``scaler.json`` (optional)
     :meth:`mxmixed.LossScaler.state_dict`.
-``extra.pkl`` (optional)
-    Your ``extra`` object, pickled: a step counter, the state of the generator that draws
-    the batches, ...
+``extra.json`` and ``extra.nd`` (optional)
+    Your ``extra``: None, bool, int, float, str, list, tuple and dict (any of these as keys),
+    NumPy arrays and scalars of numbers (base64 in the JSON), and NDArrays (in ``extra.nd``).
+    ``rng.get_state()`` of a NumPy ``RandomState`` is such data. Anything else is refused by
+    :func:`save`.
+
+Reading checks sizes before it reads: at most 16 members, none compressed, none declaring more
+bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
+at most 16 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
+array members whose every declared shape fits in the bytes that follow it. A refusal is a
+:class:`CheckpointError` of one line that names the file and the limit.
+
+Format 1 (written by earlier mxmixed builds) stored the trainer states and ``extra`` as pickles
+(``trainer.states``, ``extra.pkl``), which can run code when loaded. :func:`load` reads such a
+file only with ``trusted=True``; without it, it refuses in one line before unpickling anything
+(a format 1 file without trainer states or extra loads as it is). Saving it again writes
+format 2.
 
 Writing is atomic (:mod:`mxmixed._io`, the one writer of checkpoints and converted models):
 the archive goes to a temporary file next to ``path`` (``.<name>.<pid>.<tag>.tmp``), is
 fsync'ed, replaces ``path`` with ``os.replace``, and the folder is fsync'ed. Nothing is
 written anywhere else (no ``/tmp``). A failure while writing (a full disk, Ctrl-C, SIGTERM)
 removes the temporary file and leaves an earlier checkpoint at ``path`` as it was; a SIGTERM is
-then delivered again and ends the process as usual. A process killed outright (SIGKILL, power
-loss) cannot clean up: it may leave such a temporary file behind, never a partial file at
-``path``, and the next :func:`save` to the same ``path`` removes the temporary files of
-processes that no longer run.
-
-.. warning::
-   ``trainer.states`` and ``extra.pkl`` are pickles, as MXNet's own ``Trainer.load_states``
-   files are: load only checkpoints you trust.
+then delivered again and ends the process as usual. SIGINT and SIGTERM are held back during the
+rename itself, so that ``path`` always holds the earlier checkpoint or the new one, whole. A
+process killed outright (SIGKILL, power loss) cannot clean up: it may leave such a temporary
+file behind, never a partial file at ``path``, and the next :func:`save` to the same ``path``
+removes the temporary files of processes that no longer run. A ``path`` that is a symbolic
+link, a device, a FIFO or a socket is refused (an ``OSError``) and left as it is.
 
 Exact resume
 ------------
@@ -59,8 +73,10 @@ parameters, same loss scale, same skipped steps), on the same machine and MXNet 
   before the net is built, the same optimizer class, :func:`mxmixed.init_trainer`) and
   calls :func:`load` before its first step.
 
-The optimizer is restored as saved (learning rate and schedule included), as
-``Trainer.load_states`` does; only its class must match the trainer's.
+The optimizer is restored as saved (learning rate, update counters and schedule included), as
+``Trainer.load_states`` does, but onto the trainer's own optimizer object: its class must match
+the saved one, and a saved learning-rate schedule needs a schedule of the same class on the
+trainer, whose settings and position are then restored.
 """
 import json
 import os
@@ -70,12 +86,14 @@ import zipfile
 
 import mxnet as mx
 
-from . import _io
-from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, SCALER, TRAINER,
-                           CheckpointError, check_scaler, check_scaler_state, check_trainer,
-                           check_trainer_states, corrupt, dtype_name, load_arrays,
-                           named_params, net_mismatches, parse_manifest, read_manifest,
-                           read_members, set_trainer_states, trainer_params, trainer_states)
+from . import _io, _untrusted
+from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_VERSION,
+                           SCALER, TRAINER_JSON, TRAINER_ND, CheckpointError, check_scaler,
+                           check_scaler_state, corrupt, dtype_name, extra_bytes, load_arrays,
+                           named_params, net_mismatches, parse_manifest, read_extra,
+                           read_manifest, read_members)
+from ._ckpt_trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
+                            set_trainer_json, set_trainer_states, trainer_params)
 from ._version import __version__
 from .training import loss_scaler
 
@@ -91,7 +109,7 @@ def _default_scaler(trainer):
         return None
 
 
-def _params_bytes(named, path):
+def _params_bytes(named):
     arrays = {}
     for name, param in named.items():
         try:
@@ -100,13 +118,9 @@ def _params_bytes(named, path):
             raise ValueError("parameter '%s' has no data to save (%s); initialize the net and, "
                              "for deferred shapes, run one forward pass first"
                              % (name, str(err).splitlines()[0])) from None
-    with _io.scratch_file(path) as scratch:  # mx.nd.save only writes to a file name
-        mx.nd.save(scratch, arrays)
-        with open(scratch, "rb") as fileobj:
-            data = fileobj.read()
     rows = [{"name": n, "shape": list(a.shape), "dtype": dtype_name(a.dtype)}
             for n, a in arrays.items()]
-    return data, rows
+    return _untrusted.nd_bytes(arrays), rows
 
 
 def save(path, net, trainer=None, scaler=None, extra=None):
@@ -116,18 +130,19 @@ def save(path, net, trainer=None, scaler=None, extra=None):
     ----------
     path : str or os.PathLike
         The checkpoint file. An existing file there is replaced only once the new one is
-        complete and on disk.
+        complete and on disk. A symbolic link, a device, a FIFO or a socket there is refused.
     net : mxnet.gluon.Block
         The network; all its parameters are saved, BatchNorm's running statistics included.
     trainer : mxnet.gluon.Trainer, optional
-        Its optimizer and optimizer states are saved: the bytes ``Trainer.save_states``
-        would write, taken in memory.
+        Its optimizer (settings, counters, schedule) and optimizer states are saved: what
+        ``Trainer.save_states`` would write, without pickle.
     scaler : mxmixed.LossScaler, optional
         The loss scaler to save. By default the one :func:`mxmixed.init_trainer` attached to
         ``trainer``, if any.
     extra : object, optional
-        Anything picklable that the resume needs, e.g.
-        ``{"rng": rng.get_state(), "step": step}``; :func:`load` returns it.
+        Plain data that the resume needs, e.g. ``{"rng": rng.get_state(), "step": step}``:
+        None, bool, int, float, str, list, tuple, dict, NumPy arrays and scalars of numbers,
+        NDArrays. :func:`load` returns it.
 
     Returns
     -------
@@ -139,10 +154,12 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         For a net that is not a Gluon Block, a trainer that is not a Gluon Trainer, or a
         scaler without ``state_dict``.
     ValueError
-        When ``extra`` cannot be pickled or a parameter has no data yet.
+        When ``extra`` (or an optimizer attribute) holds anything else than the data above,
+        naming where, or a parameter has no data yet.
     OSError
-        When the file cannot be written; an earlier checkpoint at ``path`` is then intact and
-        no temporary file is left.
+        When the file cannot be written (one line, e.g. ``[Errno 28] No space left on
+        device: 'ckpt.mxc'``); an earlier checkpoint at ``path`` is then intact and no
+        temporary file is left.
 
     Examples
     --------
@@ -169,13 +186,14 @@ def save(path, net, trainer=None, scaler=None, extra=None):
     if not os.path.isdir(folder):
         raise FileNotFoundError("cannot write checkpoint '%s': the folder '%s' does not exist"
                                 % (path, folder))
-    if os.path.isdir(path):
+    kind = _io.special_file(path)
+    if kind == "a folder":
         raise IsADirectoryError("cannot write checkpoint '%s': it is a folder" % path)
-    if extra is not None:
-        try:
-            extra_bytes = pickle.dumps(extra, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as err:  # pickle raises many types (PicklingError, TypeError, ...)
-            raise ValueError("extra cannot be pickled: %s" % err) from None
+    if kind is not None:
+        raise _io.NotRegularFileError("cannot write checkpoint '%s': it is %s, not a regular "
+                                      "file, and is never replaced (remove it, or write "
+                                      "elsewhere)" % (path, kind))
+    extra_members = extra_bytes(extra) if extra is not None else []
     scaler_bytes = None
     if scaler is not None:
         try:
@@ -183,11 +201,14 @@ def save(path, net, trainer=None, scaler=None, extra=None):
         except (TypeError, ValueError) as err:
             raise ValueError("the scaler's state_dict is not plain JSON data: %s" % err) from None
 
-    params_bytes, rows = _params_bytes(named, path)
-    trainer_bytes = None
+    params_bytes, rows = _params_bytes(named)
+    trainer_members = []
     trainer_info = None
     if trainer is not None:
-        trainer_bytes = trainer_states(trainer)
+        arrays = {}
+        state = optimizer_json(trainer, arrays)
+        trainer_members = [(TRAINER_JSON, json.dumps(state).encode("utf-8")),
+                           (TRAINER_ND, _untrusted.nd_bytes(arrays))]
         trainer_info = {"optimizer": type(trainer._optimizer).__name__,
                         "params": trainer_params(trainer, named)}
 
@@ -196,13 +217,10 @@ def save(path, net, trainer=None, scaler=None, extra=None):
                 "params": rows, "trainer": trainer_info,
                 "has_scaler": scaler_bytes is not None, "has_extra": extra is not None}
     members = [(MANIFEST, json.dumps(manifest, indent=1).encode("utf-8")),
-               (PARAMS, params_bytes)]
-    if trainer_bytes is not None:
-        members.append((TRAINER, trainer_bytes))
+               (PARAMS, params_bytes)] + trainer_members
     if scaler_bytes is not None:
         members.append((SCALER, scaler_bytes))
-    if extra is not None:
-        members.append((EXTRA, extra_bytes))
+    members += extra_members
     _io.atomic_write(path, _archive(members))
 
 
@@ -217,7 +235,7 @@ def _archive(members):
 
 
 # ----------------------------------------------------------------------------- load
-def load(path, net, trainer=None, scaler=None):
+def load(path, net, trainer=None, scaler=None, trusted=False):
     """Restore a checkpoint written by :func:`save` into ``net`` (and a trainer and scaler).
 
     Everything is read and checked first: a truncated or corrupt file, or one that does not
@@ -230,11 +248,17 @@ def load(path, net, trainer=None, scaler=None):
     net : mxnet.gluon.Block
         Built like the saved one: the same structural parameter names, shapes and dtypes.
     trainer : mxnet.gluon.Trainer, optional
-        Gets the saved optimizer and optimizer states (``Trainer.load_states``). It must
-        train the same parameters, in the same order, with the same optimizer class.
+        Gets the saved optimizer settings and states (what ``Trainer.load_states`` restores,
+        without unpickling). It must train the same parameters (matched by their structural
+        names), with the same optimizer class.
     scaler : mxmixed.LossScaler, optional
         Gets the saved loss-scaler state. By default the scaler attached to ``trainer`` by
         :func:`mxmixed.init_trainer`, if any.
+    trusted : bool, default False
+        Needed only for a checkpoint in format 1 (written by an older mxmixed) that holds
+        trainer states or ``extra``: those are pickles, and unpickling a file runs any code
+        its author put there. Pass True only for a file you trust. A format 2 file never
+        needs it: nothing in it is a pickle.
 
     Returns
     -------
@@ -246,9 +270,10 @@ def load(path, net, trainer=None, scaler=None):
     FileNotFoundError
         When there is no file at ``path``.
     CheckpointError
-        (a ValueError) When the file is truncated, corrupt or not a checkpoint, or does not
-        fit: the message names the first mismatching parameter (name, expected and found
-        shape and dtype) or the missing or extra names.
+        (a ValueError) When the file is truncated, corrupt or not a checkpoint, breaks a size
+        limit (members, shapes, JSON nesting), is a format 1 file with pickles and
+        ``trusted`` is False, or does not fit: the message names the first mismatching
+        parameter (name, expected and found shape and dtype) or the missing or extra names.
 
     Examples
     --------
@@ -275,6 +300,12 @@ def load(path, net, trainer=None, scaler=None):
     """
     path, members = read_members(path)
     manifest = parse_manifest(path, members)
+    if manifest["format_version"] == PICKLED_VERSION and not trusted and (
+            manifest["has_extra"] or (trainer is not None and manifest["trainer"] is not None)):
+        raise CheckpointError(
+            "checkpoint '%s' is in format 1, whose trainer states and extra are pickles that can "
+            "run code when loaded; pass trusted=True only if you trust its source (saving it "
+            "again writes format 2, without pickle). Nothing was loaded." % path)
     named = named_params(net)
     check_trainer(trainer)
     explicit_scaler = scaler is not None
@@ -306,7 +337,9 @@ def load(path, net, trainer=None, scaler=None):
         warnings.warn("checkpoint '%s' holds no loss-scaler state; the trainer's scaler keeps "
                       "its current state" % path, stacklevel=2)
     extra = None
-    if manifest["has_extra"]:
+    if manifest["has_extra"] and manifest["format_version"] != PICKLED_VERSION:
+        extra = read_extra(path, members)
+    elif manifest["has_extra"]:  # format 1, trusted=True
         try:
             extra = pickle.loads(members[EXTRA])
         except Exception as err:  # a damaged pickle raises almost anything
@@ -318,7 +351,9 @@ def load(path, net, trainer=None, scaler=None):
             param.set_data(arrays[name])
         else:
             param._load_init(arrays[name], None)
-    if trainer_data is not None:
+    if isinstance(trainer_data, TrainerData):
+        set_trainer_json(trainer, trainer_data)
+    elif trainer_data is not None:  # format 1, trusted=True
         set_trainer_states(trainer, trainer_data)
     if scaler_state is not None and scaler is not None:
         scaler.load_state_dict(scaler_state)

@@ -19,6 +19,9 @@ from ._version import __version__
 __all__ = ["main", "build_parser", "parse_shape", "EXIT_OK", "EXIT_VALIDATION_FAILED",
            "EXIT_USAGE", "EXIT_WRITE_FAILED"]
 
+# The most elements of one tensor in MXNet 1.9.1's wheels (built without USE_INT64_TENSOR_SIZE).
+MAX_TENSOR_ELEMENTS = 2 ** 31 - 1
+
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
 (write --out somedir/model16). Its folder must exist and be writable; this is checked before
@@ -56,7 +59,8 @@ def parse_shape(text):
     Raises
     ------
     argparse.ArgumentTypeError
-        For anything else: ``""``, ``"3,x,224"``, ``"0,3"``, ``"-1,3"``, ``"3,,4"``.
+        For anything else: ``""``, ``"3,x,224"``, ``"0,3"``, ``"-1,3"``, ``"3,,4"``, and for a
+        shape of more than 2^31 - 1 elements (``"1000000000000"``).
     """
     if not isinstance(text, str) or not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", text):
         raise argparse.ArgumentTypeError(
@@ -65,6 +69,13 @@ def parse_shape(text):
     shape = tuple(int(part) for part in text.split(","))
     if min(shape) < 1:
         raise argparse.ArgumentTypeError("every size must be at least 1, got %r" % (text,))
+    elements = 1
+    for size in shape:
+        elements *= size
+    if elements > MAX_TENSOR_ELEMENTS:
+        raise argparse.ArgumentTypeError(
+            "%r is %d elements per sample, more than the %d (2^31 - 1) that MXNet 1.9.1 holds "
+            "in one tensor" % (text, elements, MAX_TENSOR_ELEMENTS))
     return shape
 
 

@@ -12,20 +12,24 @@ about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update`` and the AMP lo
 Usage: ``mxmixed run [--report FILE] [--no-emulation] SCRIPT [ARGS...]``, or
 ``python -m mxmixed.run ...``.
 """
+import datetime
 import json
 import os
 import runpy
+import secrets
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from mxnet.gluon import Trainer
 
 from . import emulation as emu
-from ._io import atomic_write
+from ._io import atomic_write, special_file
 from .diagnostics.nonfinite import nonfinite_gradients
 
-__all__ = ["run_script", "StepRecorder"]
+__all__ = ["run_script", "StepRecorder", "ScriptTerminated"]
 
 
 class StepRecorder:
@@ -164,6 +168,21 @@ def _write_json(path, payload):
     atomic_write(os.path.abspath(path), json.dumps(payload, indent=2, default=str) + "\n")
 
 
+def _report_write_error(report, err):
+    """One line on stderr for a report that could not be written."""
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+    print("mxmixed run: error: --report %s: cannot write it: %s" % (report, reason),
+          file=sys.stderr)
+
+
+class ScriptTerminated(BaseException):
+    """SIGTERM arrived while the script ran (the runner turns it into a partial report)."""
+
+
+def _terminate(signum, frame):
+    raise ScriptTerminated()
+
+
 def _print_script_traceback(exc, script):
     """Print ``exc`` with the runner's frames cut: from the script's first frame on."""
     tb = exc.__traceback__
@@ -199,6 +218,9 @@ def _report_problem(report):
         return "the folder %s does not exist" % folder
     if not os.access(folder, os.W_OK | os.X_OK):
         return "the folder %s is not writable" % folder
+    kind = special_file(report)
+    if kind is not None:  # renaming over it would replace the link or device by a plain file
+        return "is %s, not a regular file; mxmixed never writes over one" % kind
     return None
 
 
@@ -213,7 +235,11 @@ def run_script(script, argv=(), report=None, emulation=True):
         The script's arguments (``sys.argv[1:]`` inside it).
     report : str, optional
         Write the float16 story of the run here as JSON: the loss scale per step, skipped
-        steps, the first non-finite gradient, step times.
+        steps, the first non-finite gradient, step times. Before the script starts, the file
+        is replaced by one whose ``status`` is ``"running"`` (with this run's ``run_id``), so
+        that an earlier run's report is never taken for this one's, even if this process is
+        killed; at the end ``status`` is ``"finished"`` or ``"interrupted"`` (SIGINT,
+        SIGTERM).
     emulation : bool, default True
         Switch the CPU float16 emulation on in ``auto`` mode (only when no GPU is visible).
         False runs the script as plain MXNet, as a baseline.
@@ -222,9 +248,12 @@ def run_script(script, argv=(), report=None, emulation=True):
     -------
     int
         The script's exit status: 0 when it ends normally, its ``SystemExit`` code, 1 on an
-        uncaught exception (its traceback is printed from the script's own frames on), 2 when
-        the script does not exist or the report cannot be written there (checked before the
-        script runs).
+        uncaught exception (its traceback is printed from the script's own frames on), 130 on
+        SIGINT (``KeyboardInterrupt``), 143 on SIGTERM (unless the script handles SIGTERM
+        itself), 2 when the script does not exist or the report cannot be written there
+        (checked before the script runs: a missing folder, a folder, a symbolic link, a device
+        or a FIFO). A final report that cannot be written (a full disk) is one line on stderr
+        and leaves the script's exit status as it is.
     """
     if not os.path.isfile(script):
         print("mxmixed run: error: script %s %s" % (script, "is a folder, not a Python file"
@@ -235,6 +264,16 @@ def run_script(script, argv=(), report=None, emulation=True):
     if problem:  # found before the script runs, not after an hour of training
         print("mxmixed run: error: --report %s: %s" % (report, problem), file=sys.stderr)
         return 2
+    header = None
+    if report:
+        header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
+                  "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                  "script": os.path.abspath(script), "argv": list(argv)}
+        try:  # replaces an earlier run's report at once: it can never pass for this one's
+            _write_json(report, header)
+        except (OSError, ValueError) as err:
+            _report_write_error(report, err)
+            return 2
     was_active = emu.emulation_active()
     if emulation:
         emu.enable(mode="auto")
@@ -248,18 +287,26 @@ def run_script(script, argv=(), report=None, emulation=True):
         sys.path[0] = script_dir
     else:
         sys.path.insert(0, script_dir)
-    error, start = None, time.perf_counter()
+    error, start, status = None, time.perf_counter(), "finished"
+    sigterm = None
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM as SIGINT: a report
     try:
         runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:
-        code, error = 130, "KeyboardInterrupt"
+        code, error, status = 130, "KeyboardInterrupt", "interrupted"
+    except ScriptTerminated:
+        code, error, status = 143, "SIGTERM", "interrupted"
     except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
         _print_script_traceback(exc, script)
         code, error = 1, "".join(traceback.format_exception_only(type(exc), exc)).strip()
     finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         wall = time.perf_counter() - start
         sys.argv = saved_argv
         sys.path[:] = saved_path
@@ -268,10 +315,12 @@ def run_script(script, argv=(), report=None, emulation=True):
         if emulation and not was_active and emu.emulation_active():
             emu.disable()
     if report:
-        _write_json(report, {
-            "script": os.path.abspath(script), "argv": list(argv), "exit_code": code,
-            "error": error, "wall_s": wall, "emulation": state,
-            "summary": recorder.summary(), "steps": recorder.steps})
+        try:
+            _write_json(report, dict(header, status=status, **{
+                "exit_code": code, "error": error, "wall_s": wall, "emulation": state,
+                "summary": recorder.summary(), "steps": recorder.steps}))
+        except (OSError, ValueError) as err:  # the script's exit status stands
+            _report_write_error(report, err)
     return code
 
 

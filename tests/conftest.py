@@ -1,5 +1,6 @@
 """Shared fixtures: every test starts and ends with emulation off and seeded generators."""
 import os
+import stat
 import subprocess
 import sys
 
@@ -32,3 +33,12 @@ def run_python(code, timeout=300, env=None):
     full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session if anything in it replaced /dev/null (a root process can: MXNet's
+    profiler once re-created its output file there)."""
+    if not stat.S_ISCHR(os.stat(os.devnull).st_mode):
+        sys.stderr.write("\nFAILED: %s is no longer a character device at the end of the "
+                         "session; a test or a benchmark wrote over it\n" % os.devnull)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

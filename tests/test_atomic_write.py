@@ -94,10 +94,15 @@ def test_interrupt_while_writing_the_params_keeps_the_earlier_pair(old_pair, tmp
                                                                    monkeypatch):
     prefix, before = old_pair
 
-    def interrupted_save(*args, **kwargs):
-        raise KeyboardInterrupt
+    real_fsync, calls = os.fsync, []
 
-    monkeypatch.setattr(mx.nd, "save", interrupted_save)
+    def interrupted_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 2:  # the params file is written, not yet on disk
+            raise KeyboardInterrupt
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", interrupted_fsync)
     with pytest.raises(KeyboardInterrupt):
         symbolic.save_checkpoint(prefix, 0, *_other_graph())
     assert _snapshot(tmp_path) == before

@@ -338,10 +338,10 @@ def test_missing_output_folder_is_refused(checkpoint, tmp_path, capsys):
 def test_failure_while_writing_leaves_neither_file(checkpoint, tmp_path, capsys, monkeypatch):
     before = _files(tmp_path)
 
-    def full_disk(*args, **kwargs):
+    def full_disk(*args, **kwargs):  # fsync reports ENOSPC where writes were delayed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mx.nd, "save", full_disk)
+    monkeypatch.setattr(os, "fsync", full_disk)
     code, stdout, err = _run(["convert", checkpoint, "0", "--out", str(tmp_path / "out")],
                              capsys)
     assert code == cli.EXIT_WRITE_FAILED == 3

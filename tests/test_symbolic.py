@@ -390,10 +390,15 @@ def test_save_writes_both_files_or_neither(resnet18_fp16, tmp_path, monkeypatch)
 
 def test_save_leaves_nothing_when_writing_the_params_fails(resnet18_fp16, tmp_path,
                                                             monkeypatch):
-    def failing_save(*args, **kwargs):
-        raise KeyboardInterrupt
+    real_fsync, calls = os.fsync, []
 
-    monkeypatch.setattr(mx.nd, "save", failing_save)
+    def interrupted_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 2:  # the params file is written, not yet on disk
+            raise KeyboardInterrupt
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", interrupted_fsync)
     with pytest.raises(KeyboardInterrupt):
         resnet18_fp16[0].save(str(tmp_path / "out"), 0)
     assert os.listdir(str(tmp_path)) == []

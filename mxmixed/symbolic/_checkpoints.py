@@ -5,12 +5,14 @@ Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-ex
 """
 import json
 import os
+import re
 
 import numpy as np
 
 import mxnet as mx
 
 from .._io import atomic_write_group
+from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
 from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
@@ -36,6 +38,10 @@ def checkpoint_paths(prefix, epoch):
 def _read_bytes(path, what):
     if not os.path.exists(path):
         raise ConversionError("%s file %s does not exist" % (what, path))
+    # a FIFO would block the read and /dev/zero never end it (a folder fails to open below)
+    if not (os.path.isfile(path) or os.path.isdir(path)):
+        raise ConversionError("%s file %s is not a regular file (a device, a FIFO or a "
+                              "socket); refusing to read it" % (what, path))
     try:
         with open(path, "rb") as handle:
             return handle.read()
@@ -45,6 +51,10 @@ def _read_bytes(path, what):
 
 
 def _parse_symbol(text, path):
+    try:
+        check_json_depth(text, "symbol file %s" % path)
+    except UnsafeFileError as err:
+        raise ConversionError(str(err)) from None
     try:
         graph = json.loads(text.decode("utf-8"))
     except UnicodeDecodeError:
@@ -106,9 +116,13 @@ def load_checkpoint(prefix, epoch=0, allow_float16=True):
         raise ConversionError("epoch must be a non-negative integer, got %r" % (epoch,))
     sym_path, params_path = checkpoint_paths(prefix, epoch)
     sym = _parse_symbol(_read_bytes(sym_path, "symbol"), sym_path)
-    _read_bytes(params_path, "params")
+    data = _read_bytes(params_path, "params")
     try:
-        loaded = mx.nd.load(params_path)
+        check_nd_bytes(data, "params file %s" % params_path)
+    except UnsafeFileError as err:
+        raise ConversionError(str(err)) from None
+    try:
+        loaded = mx.nd.load_frombuffer(data)
     except mx.base.MXNetError as err:
         raise ConversionError("params file %s cannot be loaded (truncated, or not an MXNet "
                               "params file): %s" % (params_path, _last_line(err))) from None
@@ -117,12 +131,16 @@ def load_checkpoint(prefix, epoch=0, allow_float16=True):
     return sym, arg_params, aux_params
 
 
+_FLAT_SHAPE = re.compile(r"\s*[(\[]\s*((?:-?\d+\s*,\s*)*(?:-?\d+)?)\s*,?\s*[)\]]\s*")
+
+
 def _shape_attr(text):
-    try:
-        shape = json.loads(text.replace("(", "[").replace(")", "]").replace(",]", "]"))
-    except ValueError:
+    """A declared ``__shape__`` such as ``(3, 4)`` or ``[0, 3]``; None for anything else (read
+    with a flat pattern, never a recursive parser: the attribute comes from the file)."""
+    match = _FLAT_SHAPE.fullmatch(text) if len(text) <= 400 else None
+    if match is None:
         return None
-    return tuple(shape) if isinstance(shape, list) else None
+    return tuple(int(d) for d in match.group(1).split(",") if d.strip())
 
 
 def data_inputs(sym, arg_params, aux_params):
@@ -197,7 +215,7 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
         known.update({n: v.shape for n, v in aux_params.items()})
         try:
             arg_shapes, _, aux_shapes = sym.infer_shape_partial(**known)
-        except mx.base.MXNetError as err:
+        except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
             _check_data_shapes(sym, data_shapes)
             raise ConversionError("%s do not match the symbol for data shapes %s: %s"
                                   % (source, dict(data_shapes), _last_line(err))) from None
@@ -213,7 +231,7 @@ def _check_data_shapes(sym, data_shapes):
     """Blame the data shapes, not the params, when the graph rejects them on their own."""
     try:
         sym.infer_shape_partial(**dict(data_shapes))
-    except mx.base.MXNetError as err:
+    except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
         raise ConversionError("data shapes %s (batch axis first) do not fit the symbol: %s"
                               % (dict(data_shapes), _last_line(err))) from None
 
@@ -224,8 +242,11 @@ def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
     Both files go through :func:`mxmixed._io.atomic_write_group`: they are written to
     temporary names in the target folder, fsync'ed and renamed over the targets. On any failure
     (a full disk, an immutable file, an interrupt) the temporary files are removed and an
-    earlier pair at ``prefix`` is left exactly as it was. ``amp_cast`` nodes are kept (MXNet's
-    ``save_checkpoint`` drops them).
+    earlier pair at ``prefix`` is left exactly as it was. SIGINT and SIGTERM are held back
+    during the two renames, and two writers to the same prefix take turns for them, so the pair
+    on disk is always one whole pair. A target that is a symbolic link, a device, a FIFO or a
+    socket is refused (``NotRegularFileError``, an ``OSError``) and left as it is.
+    ``amp_cast`` nodes are kept (MXNet's ``save_checkpoint`` drops them).
 
     Parameters
     ----------
@@ -248,5 +269,5 @@ def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
     payload = {"arg:%s" % k: v for k, v in arg_params.items()}
     payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
     atomic_write_group([(sym_path, sym.tojson(remove_amp_cast=False)),
-                        (params_path, lambda temp: mx.nd.save(temp, payload))])
+                        (params_path, nd_bytes(payload))])
     return sym_path, params_path
