@@ -27,7 +27,8 @@ import mxnet as mx
 from mxnet import gluon
 
 import mxmixed
-from mxmixed import distributed, launch, testing
+from mxmixed import distributed, launch
+from mxmixed.tutorial import local_job
 from mxmixed.tutorial.local_job import DistributedRunError, run_local
 from mxmixed.tutorial import digits_cnn
 
@@ -140,7 +141,7 @@ def test_rank0_alone_writes_the_checkpoint_atomically(dist, single):
 
 # ----------------------------------------------------------------------------- failures
 def _job_alive(token):
-    return testing.job_processes(env={"MXMIXED_TEST_TOKEN": token})
+    return local_job.job_processes(env={"MXMIXED_TEST_TOKEN": token})
 
 
 def _kill_session(proc):
@@ -237,12 +238,12 @@ def test_launch_entry_point_reads_the_launcher_but_not_the_programs_flags(argv, 
 
 
 def test_launch_command_goes_through_the_compatibility_entry_point():
-    cmd = testing.launch_command(["python", "train.py", "--name", "a b"], 4, 2,
+    cmd = local_job.launch_command(["python", "train.py", "--name", "a b"], 4, 2,
                                      launcher="ssh", python="py", hostfile="hosts")
     assert cmd == ["py", "-m", "mxmixed.launch", "--launcher", "ssh", "-n", "4", "-s", "2",
                    "-H", "hosts", "python", "train.py", "--name", "'a b'"]  # for its shell
     with pytest.raises(TypeError, match="list of arguments"):
-        testing.launch_command("python train.py")
+        local_job.launch_command("python train.py")
 
 
 def test_rank_and_workers_come_from_the_launchers_environment(monkeypatch):
