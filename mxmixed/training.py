@@ -416,6 +416,12 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     bool
         True when the parameters were updated, False when the step was skipped on overflow.
 
+    Raises
+    ------
+    RuntimeError
+        When the loss scale is not 1 and this step's gradients did not go through
+        :func:`scale_loss` (the update would be that many times too small).
+
     Examples
     --------
     A step whose gradients overflow is skipped, and the dynamic scale backs off:
@@ -437,8 +443,8 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     (False, 1)
     """
     _check_trainer(trainer, "step")
-    if not (_is_real(batch_size) and batch_size > 0):
-        raise ValueError("batch_size must be a positive number, got %r" % (batch_size,))
+    if not (_is_real(batch_size) and math.isfinite(batch_size) and batch_size > 0):
+        raise ValueError("batch_size must be a positive finite number, got %r" % (batch_size,))
     handle = handle_of(trainer)
     if handle is not None and handle.reduced:
         handle.reduced = False

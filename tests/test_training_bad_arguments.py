@@ -31,10 +31,10 @@ def test_a_non_trainer_is_a_type_error_naming_the_helper(call, bad):
         call(bad)
 
 
-@pytest.mark.parametrize("batch_size", ["2", None, 0, -1, True, float("nan")])
-def test_step_refuses_a_batch_size_that_is_not_a_positive_number(batch_size):
+@pytest.mark.parametrize("batch_size", ["2", None, 0, -1, True, float("nan"), float("inf")])
+def test_step_refuses_a_batch_size_that_is_not_a_positive_finite_number(batch_size):
     _, trainer = _trainer()
-    with pytest.raises(ValueError, match="batch_size must be a positive number"):
+    with pytest.raises(ValueError, match="batch_size must be a positive finite number"):
         mxmixed.step(trainer, batch_size)
 
 
