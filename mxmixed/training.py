@@ -252,8 +252,23 @@ def scale_loss(loss, trainer):
     """
     _check_trainer(trainer, "scale_loss")
     loss_scaler(trainer)  # a clear error for a Trainer without a scaler
+    _check_loss(loss)
     with handle_scale_loss(loss, trainer) as scaled:
         yield scaled
+
+
+def _check_loss(loss):
+    if isinstance(loss, (list, tuple)):
+        if not loss:
+            raise ValueError("scale_loss needs at least one loss, got an empty %s"
+                             % type(loss).__name__)
+        for k, item in enumerate(loss):
+            if not isinstance(item, mx.nd.NDArray):
+                raise TypeError("scale_loss: loss[%d] must be an NDArray, got %s"
+                                % (k, type(item).__name__))
+    elif not isinstance(loss, mx.nd.NDArray):
+        raise TypeError("scale_loss needs the loss as an NDArray (or a list of them), recorded "
+                        "inside autograd.record(); got %s" % type(loss).__name__)
 
 
 def _reduces(trainer):
