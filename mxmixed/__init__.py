@@ -3,63 +3,50 @@
 It covers both the Gluon and the Symbol APIs: helpers around ``mxnet.contrib.amp``,
 a CPU float16 emulation with GPU-faithful numerics, and executable tutorials. The tutorials'
 data, models and loops live in :mod:`mxmixed.tutorial`, which ``import mxmixed`` does not load.
+
+The names below load their module, and MXNet, on first use (PEP 562), so that ``mxmixed
+--help`` and argument errors of the command line answer before MXNet is imported.
 """
+import importlib
+
 from ._compat import check_mxnet_installed, check_numpy
 
 check_numpy()
 check_mxnet_installed()
 
 from ._version import __version__  # noqa: E402
-from . import (checkpoint, diagnostics, distributed, emulation,  # noqa: E402
-               optim, scaler, symbolic, training)
-from .checkpoint import CheckpointError  # noqa: E402
-from .emulation import emulated, emulation_active  # noqa: E402
-from .optim import master_weights, multi_precision_trainer  # noqa: E402
-from .scaler import LossScaleError, LossScaler  # noqa: E402
-from .symbolic import (ConversionError, ConversionReport, ConvertedModel,  # noqa: E402
-                       SearchResult, ValidationReport, convert, convert_hybrid_block,
-                       float16_softmax_symbol, load_float16, multi_precision_optimizer,
-                       multi_precision_params, search_fp32_layers, validate)
-from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
-                       init_trainer, loss_scaler, scale_loss, step, unscale)
 
-__all__ = [
-    "__version__",
-    "diagnostics",
-    "distributed",
-    "emulation",
-    "emulated",
-    "emulation_active",
-    "scaler",
-    "training",
-    "checkpoint",
-    "CheckpointError",
-    "optim",
-    "master_weights",
-    "multi_precision_trainer",
-    "symbolic",
-    "ConversionError",
-    "ConversionReport",
-    "ConvertedModel",
-    "SearchResult",
-    "ValidationReport",
-    "convert",
-    "convert_hybrid_block",
-    "float16_softmax_symbol",
-    "load_float16",
-    "multi_precision_optimizer",
-    "multi_precision_params",
-    "search_fp32_layers",
-    "validate",
-    "LossScaler",
-    "LossScaleError",
-    "init",
-    "amp_scope",
-    "amp_initialized",
-    "init_trainer",
-    "loss_scaler",
-    "scale_loss",
-    "unscale",
-    "clip_global_norm",
-    "step",
-]
+_SUBMODULES = ("checkpoint", "diagnostics", "distributed", "emulation", "optim", "scaler",
+               "symbolic", "training")
+# public name -> the module that defines it
+_HOMES = {
+    "CheckpointError": "checkpoint",
+    "emulated": "emulation", "emulation_active": "emulation",
+    "master_weights": "optim", "multi_precision_trainer": "optim",
+    "LossScaleError": "scaler", "LossScaler": "scaler",
+    "ConversionError": "symbolic", "ConversionReport": "symbolic", "ConvertedModel": "symbolic",
+    "SearchResult": "symbolic", "ValidationReport": "symbolic", "convert": "symbolic",
+    "convert_hybrid_block": "symbolic", "float16_softmax_symbol": "symbolic",
+    "load_float16": "symbolic", "multi_precision_optimizer": "symbolic",
+    "multi_precision_params": "symbolic", "search_fp32_layers": "symbolic",
+    "validate": "symbolic",
+    "amp_initialized": "training", "amp_scope": "training", "clip_global_norm": "training",
+    "init": "training", "init_trainer": "training", "loss_scaler": "training",
+    "scale_loss": "training", "step": "training", "unscale": "training",
+}
+
+__all__ = ["__version__"] + list(_SUBMODULES) + list(_HOMES)
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module("mxmixed." + name)
+    if name not in _HOMES:
+        raise AttributeError("module 'mxmixed' has no attribute %r" % (name,))
+    value = getattr(importlib.import_module("mxmixed." + _HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

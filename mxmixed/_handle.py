@@ -111,6 +111,9 @@ class TrainerHandle:
 
         Raises
         ------
+        RuntimeError
+            When the scaler's scale is not 1 but the gradients were computed outside
+            :func:`mxmixed.scale_loss` (the update would be that many times too small).
         LossScaleError
             When the gradients overflow while the scale sits at its floor.
         RuntimeError
@@ -118,6 +121,8 @@ class TrainerHandle:
             kernel for an op (the message names ``mxmixed.emulation.enable()``).
         """
         overflow = False
+        if self.scaler is not None and self.grad_scale is None and self.scaler.loss_scale != 1:
+            raise RuntimeError(_unscaled_message(self.scaler.loss_scale))
         if self.scaler is not None:
             try:
                 overflow = not all_finite(param_grads(params))
@@ -265,6 +270,13 @@ def explain_cpu_float16(err):
                         "Call mxmixed.emulation.enable() (or mxmixed.init(), which enables it "
                         "when no GPU is visible) before building the net, so these ops run in "
                         "float32 with float16 inputs and outputs, as on a GPU" % first.strip())
+
+
+def _unscaled_message(scale):
+    return ("this step's gradients did not go through mxmixed.scale_loss, so dividing them by "
+            "the loss scale %g would make the update %gx too small: compute them inside "
+            "'with mxmixed.scale_loss(loss, trainer) as scaled: scaled.backward()', or give "
+            "init_trainer scaler=1 to train without loss scaling" % (scale, scale))
 
 
 def _floor_message(params, scale):

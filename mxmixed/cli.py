@@ -10,9 +10,9 @@ import os
 import re
 import sys
 
-from ._preflight import (EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED, EXIT_WRITE_FAILED,
-                         CLIError, check_memory, check_out_prefix, estimate_convert_memory,
-                         prepare_out_dir)
+from ._preflight import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED,
+                         EXIT_WRITE_FAILED, CLIError, check_memory, check_out_prefix,
+                         estimate_convert_memory, prepare_out_dir)
 from ._progress import bars_wanted
 from ._version import __version__
 
@@ -34,6 +34,7 @@ exit codes:
   2  bad command line or input: options, checkpoint files, output location, or samples and a
      forward pass that would not fit in the available memory; nothing written
   3  writing the converted pair failed (disk full, I/O error); no new pair was written
+  130  interrupted (Ctrl-C); an earlier pair at OUTPREFIX is left as it was
 """
 
 
@@ -175,6 +176,36 @@ def _cmd_convert(args):
 
     symbolic = _subcommand("symbolic")
     tolerance = args.tolerance or args.search_tolerance or 0.01
+    _check_convert_files(args, symbolic)
+    try:
+        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
+        samples = _convert_samples(args, symbolic, sym, arg_params, aux_params)
+        model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
+        check = None
+        if args.validate > 0:
+            check = symbolic.validate((sym, arg_params, aux_params), model, samples,
+                                      batch_size=args.batch_size, progress=bars_wanted(),
+                                      reference=model.calibration_outputs)
+            _say(check)
+            if check.inconclusive:
+                print("mxmixed convert: warning: validation is inconclusive: %s"
+                      % check.inconclusive, file=sys.stderr)
+    except symbolic.ConversionError as err:
+        raise CLIError(str(err)) from None
+    except mx.base.MXNetError as err:
+        raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
+    return _write_converted(args, model, check, tolerance)
+
+
+def _say(*parts):
+    """Print a part of the output at once (blank line first), even when stdout is a pipe."""
+    print()
+    print(*parts)
+    sys.stdout.flush()
+
+
+def _check_convert_files(args, symbolic):
+    """Options that need samples, a PREFIX given as a file name, and the output location."""
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if wants_samples and not (args.inputs or args.input_shape):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
@@ -185,47 +216,47 @@ def _cmd_convert(args):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
                        "did you mean %s?" % meant)
     check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
-    try:
-        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
-        data_names = symbolic.data_inputs(sym, arg_params, aux_params)
-        if not data_names:
-            raise CLIError("the graph has no data input: every input is a parameter")
-        samples = None
-        if wants_samples:
-            shape, mapped = _sample_shape(args)
-            symbolic.check_params(sym, arg_params, aux_params, source="the params",
-                                  data_shapes={data_names[0]: (1,) + shape})
-            count = args.validate or 8
-            check_memory(estimate_convert_memory(sym, data_names[0], shape, count,
-                                                  args.batch_size),
-                          "%d samples of shape %s and a forward pass at batch size %d"
-                          % (count, ",".join(map(str, shape)), args.batch_size))
-            samples = _samples(args, shape, mapped, count, strict=args.validate > 0)
-        settings = dict(exclude_layers=args.exclude, exclude_ops=args.exclude_op,
-                        keep_io_types=args.keep_io_types,
-                        cast_optional_params=not args.keep_optional_params_float32)
-        search = check = None
-        if args.search_tolerance is not None:
-            search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
-                                                 tolerance=args.search_tolerance,
-                                                 batch_size=args.batch_size,
-                                                 progress=bars_wanted(), **settings)
-            model = search.model
-        else:
-            model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
-                                     batch_size=args.batch_size, **settings)
-        if args.validate > 0:
-            check = symbolic.validate((sym, arg_params, aux_params), model, samples,
-                                      batch_size=args.batch_size, progress=bars_wanted())
-    except symbolic.ConversionError as err:
-        raise CLIError(str(err)) from None
-    except mx.base.MXNetError as err:
-        raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
-    print(model.report)
-    for part in (search, check):
-        if part is not None:
-            print()
-            print(part)
+
+
+def _convert_samples(args, symbolic, sym, arg_params, aux_params):
+    """The samples for calibration, validation and the search (None when none is asked)."""
+    data_names = symbolic.data_inputs(sym, arg_params, aux_params)
+    if not data_names:
+        raise CLIError("the graph has no data input: every input is a parameter")
+    if not (args.validate > 0 or args.search_tolerance is not None):
+        return None
+    shape, mapped = _sample_shape(args)
+    symbolic.check_params(sym, arg_params, aux_params, source="the params",
+                          data_shapes={data_names[0]: (1,) + shape})
+    count = args.validate or 8
+    check_memory(estimate_convert_memory(sym, data_names[0], shape, count, args.batch_size),
+                 "%d samples of shape %s and a forward pass at batch size %d"
+                 % (count, ",".join(map(str, shape)), args.batch_size))
+    return _samples(args, shape, mapped, count, strict=args.validate > 0)
+
+
+def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
+    """Convert (or search, then convert); print the report as soon as it exists."""
+    settings = dict(exclude_layers=args.exclude, exclude_ops=args.exclude_op,
+                    keep_io_types=args.keep_io_types,
+                    cast_optional_params=not args.keep_optional_params_float32)
+    if args.search_tolerance is not None:
+        search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
+                                             tolerance=args.search_tolerance,
+                                             batch_size=args.batch_size,
+                                             progress=bars_wanted(), **settings)
+        print(search.model.report.format(verbose=args.verbose))
+        _say(search)
+        return search.model
+    model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
+                             batch_size=args.batch_size, progress=bars_wanted(), **settings)
+    print(model.report.format(verbose=args.verbose))
+    sys.stdout.flush()
+    return model
+
+
+def _write_converted(args, model, check, tolerance):
+    """Write the pair unless validation failed (or --keep-failed); the exit code."""
     failed = check is not None and not check.passes(tolerance)
     if not failed or args.keep_failed:
         try:
@@ -233,8 +264,7 @@ def _cmd_convert(args):
         except OSError as err:
             raise CLIError("cannot write the checkpoint to %s: %s"
                            % (args.out, err.strerror or err), EXIT_WRITE_FAILED) from None
-        print()
-        print("wrote %s and %s" % written)
+        _say("wrote %s and %s" % written)
     if failed:
         top1 = ("" if check.top1_agreement is None
                 else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
@@ -271,8 +301,10 @@ def build_parser():
     info.set_defaults(func=_cmd_info)
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")
-    demo.add_argument("--epochs", type=_int_at_least(1), default=5)
-    demo.add_argument("--seed", type=_int_at_least(0), default=0)
+    demo.add_argument("--epochs", type=_int_at_least(1), default=5,
+                      help="training epochs of each run on the digits (default: 5)")
+    demo.add_argument("--seed", type=_int_at_least(0), default=0,
+                      help="seed of the weights and the data order (default: 0)")
     demo.add_argument("--out", default=os.path.join("results", "demo"),
                       help="results folder, created if missing (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
@@ -307,6 +339,9 @@ def build_parser():
                            "--search-tolerance if given, else 0.01)")
     conv.add_argument("--keep-failed", action="store_true",
                       help="write the converted files even when the validation fails")
+    conv.add_argument("--verbose", action="store_true",
+                      help="name every layer kept in float32 (by default: counts per reason and "
+                           "the first three names)")
     conv.add_argument("--search-tolerance", type=_positive_float, default=None, metavar="T",
                       help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T")
     samples = conv.add_mutually_exclusive_group()
@@ -358,11 +393,58 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     try:
         return args.func(args)
     except CLIError as err:
         print("mxmixed %s: error: %s" % (args.command, err), file=sys.stderr)
         return err.code
+    except KeyboardInterrupt:
+        print("mxmixed %s: interrupted (Ctrl-C); no file was left half-written" % args.command,
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
+
+
+class _PipeSafe:
+    """Standard output that a closed pipe (``mxmixed convert ... | head -1``) cannot break.
+
+    Once the reader is gone, the rest of the output is dropped: the command still finishes its
+    work (writing the converted pair) and exits with the code its work deserves, with no
+    ``BrokenPipeError`` traceback, neither now nor at interpreter exit.
+    """
+
+    def __init__(self, stream):
+        self._stream, self._gone = stream, False
+
+    def write(self, text):
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self):
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self):
+        self._gone = True
+        try:  # what Python still holds for the descriptor goes nowhere at exit
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

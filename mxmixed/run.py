@@ -191,12 +191,27 @@ def _print_script_traceback(exc, script):
     cut = tb
     while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) != script:
         cut = cut.tb_next
-    if cut is None:  # e.g. a SyntaxError: no frame of the script ran; drop only our own
+    if cut is None:  # no frame of the script ran: a SyntaxError, or an error while loading it
         cut = tb
-        while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) in here:
+        while cut is not None and (cut.tb_frame.f_code.co_filename.startswith("<frozen ")
+                                   or os.path.realpath(cut.tb_frame.f_code.co_filename) in here):
             cut = cut.tb_next
-    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, cut)))
+    if cut is None:  # as Python reports a SyntaxError in the script it runs: no frames
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+    else:
+        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, cut)))
     sys.stderr.flush()
+
+
+def _error_line(exc):
+    """The script's error in one line: its type and the first line of its message, and for a
+    SyntaxError where it is (``SyntaxError: '(' was never closed (train.py, line 3)``)."""
+    message = str(exc).strip().splitlines()
+    line = "%s: %s" % (type(exc).__name__, message[0]) if message else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        line = "%s: %s (%s, line %s)" % (type(exc).__name__, exc.msg,
+                                         os.path.basename(exc.filename), exc.lineno)
+    return line
 
 
 def _exit_code(code):
@@ -303,7 +318,7 @@ def run_script(script, argv=(), report=None, emulation=True):
         code, error, status = 143, "SIGTERM", "interrupted"
     except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
         _print_script_traceback(exc, script)
-        code, error = 1, "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        code, error = 1, _error_line(exc)
     finally:
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)

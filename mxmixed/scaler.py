@@ -54,9 +54,10 @@ def _check_count(name, value, low=1):
 
 
 def _check_config(init_scale, growth_factor, backoff_factor, growth_interval, min_scale,
-                  max_scale, hysteresis, dynamic, history_size):
-    """Validate a configuration; return it normalized (floats, ints, bool)."""
-    _check_scale("init_scale", init_scale)
+                  max_scale, hysteresis, dynamic, history_size, scale_name="init_scale"):
+    """Validate a configuration; return it normalized (floats, ints, bool). ``scale_name``
+    names the scale in messages ('loss_scale' for a saved state)."""
+    _check_scale(scale_name, init_scale)
     _check_number("growth_factor", growth_factor)
     _check_number("backoff_factor", backoff_factor)
     _check_number("min_scale", min_scale, allow_none=True)
@@ -73,14 +74,48 @@ def _check_config(init_scale, growth_factor, backoff_factor, growth_interval, mi
     # compared as float32, as the scale is kept: a scale backed off to min_scale=1000.3 is
     # float32(1000.3), a little below 1000.3, and must still load
     if dynamic and min_scale is not None and _as_float32(init_scale) < _as_float32(min_scale):
-        raise ValueError("init_scale %r is below min_scale %r" % (init_scale, min_scale))
+        raise ValueError("%s %r is below min_scale %r" % (scale_name, init_scale, min_scale))
     if dynamic and max_scale is not None and _as_float32(init_scale) > _as_float32(max_scale):
-        raise ValueError("init_scale %r is above max_scale %r" % (init_scale, max_scale))
+        raise ValueError("%s %r is above max_scale %r" % (scale_name, init_scale, max_scale))
     return {"growth_factor": float(growth_factor), "backoff_factor": float(backoff_factor),
             "growth_interval": counts[0], "hysteresis": counts[1], "history_size": counts[2],
             "min_scale": None if min_scale is None else float(min_scale),
             "max_scale": None if max_scale is None else float(max_scale),
             "dynamic": bool(dynamic)}
+
+
+_STATE_KEYS = ("loss_scale", "growth_tracker", "overflows", "steps", "skipped", "last_skipped",
+               "history", "history_size", "config")
+_CONFIG_KEYS = ("growth_factor", "backoff_factor", "growth_interval", "min_scale", "max_scale",
+                "hysteresis", "dynamic")
+
+
+def _checked_state(state):
+    """A :meth:`LossScaler.state_dict` checked entry by entry, every error naming its key."""
+    if not isinstance(state, dict):
+        raise ValueError("not a LossScaler state: expected the dict of state_dict(), got %s"
+                         % type(state).__name__)
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise ValueError("not a LossScaler state: no %s" % ", ".join(missing))
+    config = state["config"]
+    if not isinstance(config, dict) or sorted(config) != sorted(_CONFIG_KEYS):
+        raise ValueError("not a LossScaler state: 'config' must hold exactly %s"
+                         % ", ".join(_CONFIG_KEYS))
+    config = _check_config(state["loss_scale"], history_size=state["history_size"],
+                           scale_name="loss_scale", **config)
+    counters = {"_" + key: _check_count(key, state[key], low=0)
+                for key in ("growth_tracker", "overflows", "steps", "skipped")}
+    try:
+        history = [(int(step), float(scale), bool(overflow))
+                   for step, scale, overflow in state["history"]]
+    except (TypeError, ValueError):
+        raise ValueError("LossScaler state: 'history' must be a list of [step, scale, "
+                         "overflowed] entries") from None
+    if not isinstance(state["last_skipped"], bool):
+        raise ValueError("LossScaler state: 'last_skipped' must be true or false, got %r"
+                         % (state["last_skipped"],))
+    return config, counters, history, state["last_skipped"]
 
 
 class LossScaler:
@@ -294,17 +329,7 @@ class LossScaler:
         ValueError
             For a dict that is not a LossScaler state, or one with invalid values.
         """
-        try:
-            config = _check_config(state["loss_scale"], history_size=state["history_size"],
-                                   **state["config"])
-            counters = {name: _check_count(name, state[key], low=0) for name, key in (
-                ("_growth_tracker", "growth_tracker"), ("_overflows", "overflows"),
-                ("_steps", "steps"), ("_skipped", "skipped"))}
-            history = [(int(step), float(scale), bool(overflow))
-                       for step, scale, overflow in state["history"]]
-            last_skipped = bool(state["last_skipped"])
-        except (KeyError, TypeError) as err:
-            raise ValueError("not a LossScaler state: missing or bad entry %s" % err) from None
+        config, counters, history, last_skipped = _checked_state(state)
         self._history = deque(history, maxlen=config.pop("history_size"))
         self.__dict__.update(config)
         self.__dict__.update(counters)

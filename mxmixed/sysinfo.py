@@ -59,8 +59,8 @@ def collect():
     if gpus:
         gemm = "native: float16 GEMMs run on %d GPU(s) (Tensor Cores on Volta and newer)" % gpus
     else:
-        gemm = ("emulated: MXNet's CPU build has no float16 GEMM, so mxmixed.emulation runs "
-                "float16 graphs on CPU with GPU-faithful numerics (numerics, not speed)")
+        gemm = ("none on this CPU build: float16 GEMMs fail here unless mxmixed.emulation runs "
+                "them (float32 arithmetic, float16 rounding: numerics, not speed)")
     return {
         "mxmixed": __version__,
         "python": platform.python_version(),

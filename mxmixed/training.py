@@ -252,8 +252,23 @@ def scale_loss(loss, trainer):
     """
     _check_trainer(trainer, "scale_loss")
     loss_scaler(trainer)  # a clear error for a Trainer without a scaler
+    _check_loss(loss)
     with handle_scale_loss(loss, trainer) as scaled:
         yield scaled
+
+
+def _check_loss(loss):
+    if isinstance(loss, (list, tuple)):
+        if not loss:
+            raise ValueError("scale_loss needs at least one loss, got an empty %s"
+                             % type(loss).__name__)
+        for k, item in enumerate(loss):
+            if not isinstance(item, mx.nd.NDArray):
+                raise TypeError("scale_loss: loss[%d] must be an NDArray, got %s"
+                                % (k, type(item).__name__))
+    elif not isinstance(loss, mx.nd.NDArray):
+        raise TypeError("scale_loss needs the loss as an NDArray (or a list of them), recorded "
+                        "inside autograd.record(); got %s" % type(loss).__name__)
 
 
 def _reduces(trainer):
@@ -416,6 +431,12 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     bool
         True when the parameters were updated, False when the step was skipped on overflow.
 
+    Raises
+    ------
+    RuntimeError
+        When the loss scale is not 1 and this step's gradients did not go through
+        :func:`scale_loss` (the update would be that many times too small).
+
     Examples
     --------
     A step whose gradients overflow is skipped, and the dynamic scale backs off:
@@ -437,8 +458,8 @@ def step(trainer, batch_size, ignore_stale_grad=False):
     (False, 1)
     """
     _check_trainer(trainer, "step")
-    if not (_is_real(batch_size) and batch_size > 0):
-        raise ValueError("batch_size must be a positive number, got %r" % (batch_size,))
+    if not (_is_real(batch_size) and math.isfinite(batch_size) and batch_size > 0):
+        raise ValueError("batch_size must be a positive finite number, got %r" % (batch_size,))
     handle = handle_of(trainer)
     if handle is not None and handle.reduced:
         handle.reduced = False

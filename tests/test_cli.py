@@ -31,11 +31,14 @@ def test_info_reports_build_gpus_float16_and_versions(capsys):
     assert "numpy" in out and "1.23.5" in out
 
 
-def test_info_says_float16_is_emulated_on_a_cpu_build():
+def test_info_says_a_cpu_build_has_no_float16_gemm_and_never_contradicts_the_emulation_line():
     info = collect()
     if info["build"] == "CPU":
         assert info["gpus"] == 0
-        assert info["float16_gemm"].startswith("emulated")
+        assert info["float16_gemm"].startswith("none on this CPU build")
+        assert info["emulation"].startswith("inactive")  # both true at once, no contradiction
+        with emulation.emulated():
+            assert collect()["float16_gemm"] == info["float16_gemm"]
 
 
 def test_info_reports_emulation_state():

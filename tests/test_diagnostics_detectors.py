@@ -75,7 +75,15 @@ def test_locator_names_a_planted_overflow_in_ssd_extra_layers(export):
     assert report.phase == "forward" and report.cast_from is None
     layer = planted[:-len("_weight")]
     assert report.node.startswith(layer), str(report)
+    assert report.tensor == layer + "_output" and "_emu_" not in str(report)
     assert layer in str(report).splitlines()[0]
+
+
+def test_diagnostics_print_nothing_of_mxnet_s_own(export, capfd):
+    sym, args, auxs = export("ssd_512_mobilenet1.0_voc")
+    diagnostics.find_overflow_symbol(sym, {"data": _batch()}, args, auxs)
+    captured = capfd.readouterr()
+    assert "Subgraph backend" not in captured.err + captured.out
 
 
 def test_mxnet_error_line_names_the_operator_and_stays_short():

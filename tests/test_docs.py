@@ -416,3 +416,25 @@ def test_browser_pages_fit_1280_px(site, browser):
                     .slice(0, 3).map(e => e.tagName + ': ' + e.innerText.slice(0, 60));""")
             wide.append("%s: %d px > %d px %s" % (name, width[0], width[1], culprits))
     assert not wide, "pages wider than the window:\n" + "\n".join(wide)
+
+
+def test_browser_table_keys_are_not_split_mid_word(site, browser):
+    """The run page's report table: a key such as ``exit_code`` stays on one line."""
+    _open(browser, site["html"] / "run.html")
+    split = browser.execute_script("""
+        return Array.from(document.querySelectorAll('div.body table.docutils td code'))
+            .filter(c => c.innerText.length <= 24 && !c.innerText.includes(' '))
+            .filter(c => c.getClientRects().length > 1).map(c => c.innerText);""")
+    assert not split, "table names split across lines: %s" % split
+
+
+def test_browser_sidebar_shows_long_code_whole(site, browser):
+    """The emulation page's sidebar: long code paths wrap inside it, none is cut off."""
+    _open(browser, site["html"] / "emulation.html")
+    cut = browser.execute_script("""
+        const side = document.querySelector('div.sphinxsidebar');
+        if (!side) { return ['no sidebar']; }
+        const right = side.getBoundingClientRect().right;
+        return Array.from(side.querySelectorAll('code, span.pre'))
+            .filter(c => c.getBoundingClientRect().right > right + 1).map(c => c.innerText);""")
+    assert not cut, "sidebar code cut off: %s" % cut

@@ -234,3 +234,16 @@ def test_relative_report_path_survives_a_chdir_in_the_script(tmp_path, monkeypat
     script = _script(tmp_path, "import os\nos.chdir('elsewhere')\n")
     assert run_script(script, [], report="report.json") == 0
     assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0
+
+
+@pytest.mark.parametrize("body, error", [
+    ('raise ValueError("bad thing\\nsecond line")\n', "ValueError: bad thing"),
+    ("x = (1,\n", "SyntaxError: '(' was never closed (broken.py, line 1)"),
+])
+def test_report_error_is_one_line_and_a_syntax_error_shows_no_runner_frames(tmp_path, body, error):
+    script = _script(tmp_path, body, name="broken.py")
+    report = tmp_path / "report.json"
+    proc = _run(["--no-emulation", "--report", str(report), script])
+    assert proc.returncode == 1
+    assert json.loads(report.read_text())["error"] == error
+    assert "runpy" not in proc.stderr and "mxmixed" not in proc.stderr, proc.stderr

@@ -139,8 +139,11 @@ def _params_with_grads(values):
 
 
 def _has_overflow(scaler, params):
-    """What a Trainer's update runs first: the handle's check of ``params``' gradients."""
-    return attach(gluon.Trainer(params, "sgd"), scaler).has_overflow(params)
+    """What a Trainer's update runs first: the handle's check of ``params``' gradients, whose
+    values stand for gradients computed under ``scale_loss``."""
+    handle = attach(gluon.Trainer(params, "sgd"), scaler)
+    handle.begin_step(grad_scale=scaler.loss_scale)  # as scale_loss does
+    return handle.has_overflow(params)
 
 
 def test_has_overflow_skips_on_inf_and_nan_and_passes_finite():

@@ -292,8 +292,27 @@ def test_report_prints_a_table_of_ops_casts_bytes_and_fp32_layers(resnet18):
     assert dense == ["FullyConnected", "0", "1"]
     assert any(line.startswith("cast nodes inserted:") for line in lines)
     assert any(line.startswith("total") and "%" in line for line in lines)
-    fp32 = [line.split() for line in lines if line.startswith("  resnetv10_dense0_fwd")]
-    assert fp32 == [["resnetv10_dense0_fwd", "FullyConnected", "excluded", "layer"]]
+    fp32 = [line.split(None, 3) for line in lines if line.startswith("  excluded layer")]
+    assert fp32 == [["excluded", "layer", "1", "resnetv10_dense0_fwd"]]
+    table = [line.split() for line in lines[lines.index(next(l for l in lines
+                                                            if l.startswith("operator"))) + 1:]]
+    table = [row for row in table[:table.index([])]]
+    low, total = sum(int(r[1]) for r in table), sum(sum(map(int, r[1:])) for r in table)
+    # the verdict agrees with its own table (columns: operator, float16, float32)
+    assert lines[0].startswith("Float16 conversion report: %d of %d layers compute in float16"
+                               % (low, total)) and "1 excluded layer" in lines[0]
+
+
+def test_report_groups_float32_layers_by_reason_and_names_all_on_request(resnet18):
+    model = symbolic.convert(resnet18["sym"], resnet18["args"], resnet18["auxs"],
+                             exclude_layers=["resnetv10_stage1_conv0_fwd"])
+    following = [n for n, _, r in model.report.fp32_layers if r == "float32 input"]
+    assert len(following) > 3  # the BatchNorm, relu, ... after the excluded layer
+    short = model.report.format()
+    row = [l for l in short.splitlines() if l.startswith("  float32 input")][0]
+    assert row.split()[2] == str(len(following)) and following[0] in row
+    assert following[3] not in short and "(%d more)" % (len(following) - 3) in row
+    assert all(name in model.report.format(verbose=True) for name in following)
 
 
 def test_excluded_layer_runs_float32_and_what_follows_is_explained(resnet18):

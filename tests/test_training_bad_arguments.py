@@ -31,10 +31,10 @@ def test_a_non_trainer_is_a_type_error_naming_the_helper(call, bad):
         call(bad)
 
 
-@pytest.mark.parametrize("batch_size", ["2", None, 0, -1, True, float("nan")])
-def test_step_refuses_a_batch_size_that_is_not_a_positive_number(batch_size):
+@pytest.mark.parametrize("batch_size", ["2", None, 0, -1, True, float("nan"), float("inf")])
+def test_step_refuses_a_batch_size_that_is_not_a_positive_finite_number(batch_size):
     _, trainer = _trainer()
-    with pytest.raises(ValueError, match="batch_size must be a positive number"):
+    with pytest.raises(ValueError, match="batch_size must be a positive finite number"):
         mxmixed.step(trainer, batch_size)
 
 
@@ -49,3 +49,36 @@ def test_numpy_numbers_are_numbers():
     norm = mxmixed.clip_global_norm(trainer, np.float32(5.0))
     assert np.isfinite(norm)
     assert mxmixed.step(trainer, np.int64(4)) is True
+
+
+@pytest.mark.parametrize("loss, error, words", [
+    ([], ValueError, "scale_loss needs at least one loss, got an empty list"),
+    (3.0, TypeError, "scale_loss needs the loss as an NDArray"),
+    ((nd.ones(1), "x"), TypeError, r"scale_loss: loss\[1\] must be an NDArray, got str"),
+])
+def test_scale_loss_refuses_what_is_not_a_loss_in_one_line(loss, error, words):
+    emulation.enable()
+    _, trainer = _trainer()
+    with pytest.raises(error, match=words):
+        with mxmixed.scale_loss(loss, trainer):
+            pass
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda s: s.pop("skipped"), "no skipped"),
+    (lambda s: s.update(skipped=-1), "skipped must be a non-negative integer"),
+    (lambda s: s.update(loss_scale=0.0), "loss_scale must be"),
+    (lambda s: s.update(loss_scale=2.0 ** 30), "loss_scale .* is above max_scale"),
+    (lambda s: s["config"].update(extra=1), "'config' must hold exactly"),
+    (lambda s: s.update(history="x"), "'history' must be a list"),
+])
+def test_a_bad_scaler_state_is_refused_naming_its_public_entry(change, words):
+    from mxmixed.scaler import LossScaler
+
+    state = LossScaler(init_scale=256.0).state_dict()
+    change(state)
+    scaler = LossScaler(init_scale=8.0)
+    with pytest.raises(ValueError, match=words) as caught:
+        scaler.load_state_dict(state)
+    assert "_skipped" not in str(caught.value) and "init_scale" not in str(caught.value)
+    assert scaler.loss_scale == 8.0

@@ -9,6 +9,7 @@ computed with it.
 import contextlib
 import ctypes
 import json
+import os
 
 import numpy as np
 
@@ -19,6 +20,20 @@ from .. import emulation
 from ..emulation import emulate_symbol
 from .._graph import LOSS_OUTPUT_OPS, last_line
 from ._graph import graph_json, infer_shapes
+
+
+@contextlib.contextmanager
+def _quiet_subgraph_log():
+    """Keep MXNet's "Subgraph backend MKLDNN is activated." out of a diagnostic's output: it
+    reads ``MXNET_SUBGRAPH_VERBOSE`` at bind time (a user's own setting is kept)."""
+    if "MXNET_SUBGRAPH_VERBOSE" in os.environ:
+        yield
+        return
+    os.environ["MXNET_SUBGRAPH_VERBOSE"] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop("MXNET_SUBGRAPH_VERBOSE", None)
 
 
 def with_loss_scale(sym, scale):
@@ -85,7 +100,8 @@ class Run:
         self.graph = graph_json(sym)
         self.args = args
         try:
-            with emulation.emulated() if ctx.device_type == "cpu" else contextlib.nullcontext():
+            with emulation.emulated() if ctx.device_type == "cpu" else contextlib.nullcontext(), \
+                    _quiet_subgraph_log():
                 self.exe = sym.bind(ctx, args, args_grad=self.grads or None, grad_req=req,
                                     aux_states=aux_values)
         except (mx.base.MXNetError, TypeError) as err:

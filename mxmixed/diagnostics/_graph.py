@@ -19,6 +19,7 @@ _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
 LABEL = "label"
 _EMU = re.compile(r"_emu_(in\d+|out\d+|round0|widen0|bias|biasadd0)$")
+_EMU_INSIDE = re.compile(r"_emu_(?:in\d+|out\d+|round0|widen0|bias|biasadd0)(?=_|$)")
 
 
 # ---------------------------------------------------------------- inputs
@@ -287,6 +288,12 @@ def is_cast(node):
 def base_name(name):
     """A node name without the emulation's ``_emu_in0`` / ``_emu_out0`` suffix."""
     return _EMU.sub("", name)
+
+
+def user_tensor_name(name):
+    """A tensor name as the user's graph has it: the emulation's ``_emu_*`` parts left out
+    (``conv0_fwd_emu_out0_output`` is ``conv0_fwd_output``)."""
+    return _EMU_INSIDE.sub("", name)
 
 
 # ---------------------------------------------------------------- names of Gluon blocks

@@ -28,7 +28,7 @@ from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
 from ._graph import (DATA, LABEL, as_ndarray, base_name, block_paths, check_block,
                      check_has_gradients, check_initialized, has_float16, is_cast, layer_of,
-                     split_batch, trace)
+                     split_batch, trace, user_tensor_name)
 from ._overflow_report import OverflowReport, input_suggestions, suggestions
 
 __all__ = ["find_overflow", "find_overflow_symbol", "OverflowReport", "keep_in_float32"]
@@ -132,8 +132,8 @@ def _locate(sym, inputs, values, aux, grad_names, ctx, scale, precision, paths, 
         return OverflowReport(scale, precision, search.checked)
     phase, tensor, kind, dtype, shape = search.first
     where = _describe(run.graph, search.namer, phase, tensor, shape, dtype, paths)
-    report = OverflowReport(scale, precision, search.checked, phase, kind, tensor=tensor,
-                            dtype=dtype, shape=shape, **where)
+    report = OverflowReport(scale, precision, search.checked, phase, kind,
+                            tensor=user_tensor_name(tensor), dtype=dtype, shape=shape, **where)
     report.suggestions = suggestions(report, hints)
     return report
 

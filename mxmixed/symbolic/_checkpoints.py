@@ -11,6 +11,7 @@ import numpy as np
 
 import mxnet as mx
 
+from .. import _graph as graphs
 from .._io import atomic_write_group
 from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
 from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
@@ -184,9 +185,10 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
     extra = sorted(set(arg_params) - args) + sorted(set(aux_params) - auxs)
     missing_aux = sorted(auxs - set(aux_params))
     attrs = sym.attr_dict()
+    data_slots = _first_inputs_only(sym)
     missing_args = sorted(n for n in args - set(arg_params)
                           if n.endswith(_PARAM_SUFFIXES) or "__init__" in attrs.get(n, {})
-                          or "__shape__" in attrs.get(n, {}))
+                          or ("__shape__" in attrs.get(n, {}) and n not in data_slots))
     if extra or missing_aux or missing_args:
         parts = []
         if extra:
@@ -217,8 +219,15 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
             arg_shapes, _, aux_shapes = sym.infer_shape_partial(**known)
         except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
             _check_data_shapes(sym, data_shapes)
-            raise ConversionError("%s do not match the symbol for data shapes %s: %s"
-                                  % (source, dict(data_shapes), _last_line(err))) from None
+            params_alone = {n: tuple(v.shape) for n, v in list(arg_params.items())
+                            + list(aux_params.items())}
+            try:
+                sym.infer_shape_partial(**params_alone)
+            except Exception:  # the params do not fit together, whatever the data
+                raise ConversionError("%s do not match the symbol: %s"
+                                      % (source, _last_line(err))) from None
+            raise ConversionError("data shapes %s (batch axis first) do not fit the model's "
+                                  "params: %s" % (dict(data_shapes), _last_line(err))) from None
         inferred = dict(zip(sym.list_arguments(), arg_shapes))
         inferred.update(zip(sym.list_auxiliary_states(), aux_shapes))
         for name, value in list(arg_params.items()) + list(aux_params.items()):
@@ -227,13 +236,47 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
                                       "needs %s" % (source, name, value.shape, inferred[name]))
 
 
+def _first_inputs_only(sym):
+    """Variables that feed their ops only as the first input, where data goes (a weight never
+    does): a data variable that declares its shape (``mx.sym.var('data', shape=...)``)."""
+    nodes = graphs.graph_json(sym)["nodes"]
+    slots = {}
+    for node in nodes:
+        for k, (src, _, _) in enumerate(node["inputs"]):
+            if nodes[src]["op"] == "null":
+                slots.setdefault(nodes[src]["name"], set()).add(k)
+    return {name for name, seen in slots.items() if seen == {0}}
+
+
 def _check_data_shapes(sym, data_shapes):
-    """Blame the data shapes, not the params, when the graph rejects them on their own."""
+    """Blame the data shapes, not the params, when the graph rejects them on their own; name
+    the number of dimensions the graph takes when that is what is wrong."""
     try:
         sym.infer_shape_partial(**dict(data_shapes))
     except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
+        for name, shape in dict(data_shapes).items():
+            ranks = _accepted_ranks(sym, name, shape)
+            if ranks and len(shape) not in ranks:
+                raise ConversionError(
+                    "data %r takes %s dimensions with the batch axis first (%s per sample), "
+                    "got shape %s" % (name, " or ".join(map(str, ranks)),
+                                      " or ".join(str(r - 1) for r in ranks), tuple(shape))
+                ) from None
         raise ConversionError("data shapes %s (batch axis first) do not fit the symbol: %s"
                               % (dict(data_shapes), _last_line(err))) from None
+
+
+def _accepted_ranks(sym, name, shape):
+    """The numbers of dimensions (batch included) the graph accepts for input ``name``."""
+    ranks = []
+    for rank in range(2, 6):
+        trial = (shape[0] if shape else 1,) + (224,) * (rank - 1)
+        try:
+            sym.infer_shape_partial(**{name: trial})
+        except Exception:  # MXNetError
+            continue
+        ranks.append(rank)
+    return ranks
 
 
 def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):

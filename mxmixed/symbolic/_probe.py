@@ -30,13 +30,17 @@ class _Stats:
         self.diff = np.zeros(count)
 
 
-def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None):
+def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None,
+           keep=False):
     """Run ``sym`` with the layers ``names`` exposed.
 
     Parameters
     ----------
     reference : list of list of numpy.ndarray, optional
         Per batch, the layer activations of another run (from ``keep=True``) to diff against.
+    keep : bool, default False
+        Keep every layer's activations for every batch (the search's float32 run needs them;
+        a calibration does not, and they are the bulk of its memory).
 
     Returns
     -------
@@ -46,7 +50,7 @@ def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, ref
         ``peak[k]`` = max |activation| of layer k (finite values), ``diff[k]`` = max
         |activation - reference| (inf where exactly one of the two is not finite).
     kept : list of list of numpy.ndarray
-        Per batch, the activations (only when ``reference`` is None; for the next probe).
+        Per batch, the activations (only with ``keep``; for the next probe).
     """
     graph = _graph(_inference_graph(sym))
     position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
@@ -71,7 +75,7 @@ def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, ref
                 diff = np.where(same, 0.0, np.abs(ref.astype(np.float64) - act))
                 diff[~np.isfinite(diff)] = np.inf
                 stats.diff[k] = max(stats.diff[k], float(diff.max(initial=0.0)))
-        if reference is None:
+        if keep:
             kept.append(acts)
     return [np.concatenate(parts) for parts in outputs], stats, kept
 

@@ -57,6 +57,8 @@ class ConversionReport:
         The settings used.
     seconds : float
         Time the conversion and this report took.
+    calibration_seconds : float
+        Time of the float32 calibration run (``calibration=``), 0 without one.
     layer_dtypes : dict of str to str
         Compute dtype of every computing node, by name (not printed).
     notes : list of str
@@ -75,6 +77,7 @@ class ConversionReport:
     keep_io_types: bool
     cast_optional_params: bool
     seconds: float = 0.0
+    calibration_seconds: float = 0.0
     layer_dtypes: Dict[str, str] = field(default_factory=dict, repr=False)
     notes: List[str] = field(default_factory=list)
 
@@ -98,14 +101,48 @@ class ConversionReport:
         return self.ops.get(op, {}).get(np.dtype(dtype).name, 0)
 
     def __str__(self):
+        return self.format()
+
+    def verdict(self):
+        """The report's first line: what computes in float16, the size, what stayed float32."""
+        computing = sum(sum(c.values()) for c in self.ops.values())
+        low = sum(c.get(self.target_dtype, 0) for c in self.ops.values())
+        kept = self._kept_by_reason()
+        why = ", ".join("%d %s" % (len(names), reason) for reason, names in kept.items())
+        timing = "%.2f s" % self.seconds
+        if self.calibration_seconds:
+            timing += ", calibration %.2f s" % self.calibration_seconds
+        return ("Float16 conversion report: %d of %d layers compute in %s; params %s -> %s "
+                "(%.1f%%); %d kept float32%s (%s)"
+                % (low, computing, self.target_dtype, _format_bytes(self.bytes_before),
+                   _format_bytes(self.bytes_after), 100.0 * self.size_ratio,
+                   len(self.fp32_layers), ": " + why if why else "", timing))
+
+    def _kept_by_reason(self):
+        kept = {}
+        for name, _, reason in self.fp32_layers:
+            kept.setdefault(reason, []).append(name)
+        return dict(sorted(kept.items(), key=lambda item: (-len(item[1]), item[0])))
+
+    def format(self, verbose=False):
+        """The report as text: the verdict first, then the details.
+
+        Parameters
+        ----------
+        verbose : bool, default False
+            Name every layer kept in float32 (by default, the first three of each reason).
+
+        Returns
+        -------
+        str
+        """
         dtypes = sorted({d for counts in self.ops.values() for d in counts},
                         key=lambda d: (d not in ("float16", "float32"), d))
         for d in ("float32", "float16"):
             if d not in dtypes:
                 dtypes.insert(0, d)
         width = max([len("operator")] + [len(op) for op in self.ops])
-        lines = ["Float16 conversion report (target %s, %.2f s)" % (self.target_dtype,
-                                                                  self.seconds),
+        lines = [self.verdict(),
                  "inputs: %s" % ", ".join("%s=%s" % kv for kv in self.input_dtypes.items()),
                  "outputs: %s" % ", ".join("%s=%s" % kv for kv in self.output_dtypes.items()),
                  "keep_io_types=%s  cast_optional_params=%s"
@@ -126,18 +163,24 @@ class ConversionReport:
                                                     _format_bytes(self.bytes_after),
                                                     100.0 * self.size_ratio))
         lines.append("")
-        if not self.fp32_layers:
-            lines.append("layers kept in float32: none")
-        else:
-            lines.append("layers kept in float32: %d" % len(self.fp32_layers))
-            nwidth = max(len("layer"), *(len(n) for n, _, _ in self.fp32_layers))
-            owidth = max(len("op"), *(len(o) for _, o, _ in self.fp32_layers))
-            lines.append("  %-*s %-*s %s" % (nwidth, "layer", owidth, "op", "reason"))
-            for name, op, reason in self.fp32_layers:
-                lines.append("  %-*s %-*s %s" % (nwidth, name, owidth, op, reason))
+        lines += self._kept_lines(verbose)
         for note in self.notes:
             lines.append("note: %s" % note)
         return "\n".join(lines)
+
+    def _kept_lines(self, verbose):
+        if not self.fp32_layers:
+            return ["layers kept in float32: none"]
+        lines = ["layers kept in float32: %d, by reason" % len(self.fp32_layers)]
+        hidden = 0
+        for reason, names in self._kept_by_reason().items():
+            shown = names if verbose else names[:3]
+            hidden += len(names) - len(shown)
+            more = "" if len(shown) == len(names) else ", ... (%d more)" % (len(names) - len(shown))
+            lines.append("  %-16s %4d  %s%s" % (reason, len(names), ", ".join(shown), more))
+        if hidden:
+            lines.append("  (every name: report.format(verbose=True), or --verbose)")
+        return lines
 
 
 def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after, data_names,

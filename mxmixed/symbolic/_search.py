@@ -219,7 +219,7 @@ class _Evaluator:
                       if dtype == "float16"]
         self.reference, self.stats32, self.acts32 = _probe(
             sym, arg_params, aux_params, self.names, batches, ctx, progress,
-            "search: float32 run")
+            "search: float32 run", keep=True)
         self.graph32 = _graph(_inference_graph(sym))
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None

@@ -124,6 +124,10 @@ class ValidationReport:
         One verdict per output, each with its rule: ``relative`` (``max_rel_error`` of that
         output) or, for detectors whose outputs are gluoncv's (ids, scores, boxes) after
         NMS, ``detections`` (matched by class and IoU; see ``docs/symbolic.md``).
+    inconclusive : str or None
+        Why the comparison cannot tell a good conversion from a bad one, when it cannot: the
+        float32 outputs are the same for every sample, or constant (an untrained detector
+        whose every box is an anchor). None when the check means something.
     """
 
     samples: int
@@ -134,6 +138,7 @@ class ValidationReport:
     device: str
     seconds: float
     checks: List[OutputCheck] = field(default_factory=list)
+    inconclusive: Optional[str] = None
 
     @property
     def error(self):
@@ -167,8 +172,22 @@ class ValidationReport:
         for check in self.checks:
             rows.append((check.name, "error %.4g  [%s]%s" % (
                 check.error, check.rule, ("  " + check.detail) if check.detail else "")))
+        if self.inconclusive:
+            rows.insert(0, ("INCONCLUSIVE", self.inconclusive))
         return "Validation: float16 against float32\n" + "\n".join(
             "  %-19s %s" % row for row in rows)
+
+
+def _degenerate(ref):
+    """Why float32 outputs ``ref`` cannot tell a good conversion from a bad one, or None."""
+    if all(r.size == 0 or np.all(r == r.flat[0]) for r in ref):
+        return ("every float32 output value is the same constant: any conversion that keeps "
+                "it passes; validate a trained model, or on inputs that change its outputs")
+    if all(len(r) > 1 and np.all(r == r[:1]) for r in ref):
+        return ("the float32 outputs are the same for all %d samples (an untrained model?): "
+                "the check cannot tell a good conversion from a bad one; validate a trained "
+                "model" % len(ref[0]))
+    return None
 
 
 def _compare(ref, got, rule="auto"):
@@ -182,7 +201,7 @@ def _device_text(ctx):
 
 
 def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=True,
-             input_dtype=None, rule="auto"):
+             input_dtype=None, rule="auto", reference=None):
     """Run the float32 and the float16 model on the same inputs and compare the outputs.
 
     On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
@@ -210,6 +229,10 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
         How outputs are compared. ``'auto'`` uses ``'detections'`` for outputs shaped like
         gluoncv's detectors after NMS (ids ``(N, K, 1)``, scores ``(N, K, 1)``, boxes
         ``(N, K, 4)``) and ``'relative'`` otherwise.
+    reference : list of numpy.ndarray, optional
+        The float32 model's outputs on these inputs, already computed
+        (:attr:`ConvertedModel.calibration_outputs`): the float32 model then does not run
+        again.
 
     Returns
     -------
@@ -245,7 +268,14 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     ctx = _default_ctx(ctx)
     start = time.perf_counter()
     batches = _batches(inputs, batch_size)
-    ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32")
+    if reference is None:
+        ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32")
+    else:
+        ref = [np.asarray(r) for r in reference]
+        if any(len(r) != sum(len(b) for b in batches) for r in ref):
+            raise ConversionError("reference holds outputs for %s samples, the inputs %d"
+                                  % (sorted({len(r) for r in ref}),
+                                     sum(len(b) for b in batches)))
     got = _run(_Runner(fp16_model, ctx, input_dtype), batches, progress, "validate float16")
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
@@ -254,4 +284,4 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=_device_text(ctx), seconds=time.perf_counter() - start,
-                            checks=checks)
+                            checks=checks, inconclusive=_degenerate(ref))
