@@ -194,7 +194,7 @@ def _cmd_convert(args):
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
-    return _write_converted(args, model, check, tolerance)
+    return _write_converted(args, model, check, tolerance, samples)
 
 
 def _say(*parts):
@@ -255,7 +255,7 @@ def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
     return model
 
 
-def _write_converted(args, model, check, tolerance):
+def _write_converted(args, model, check, tolerance, samples):
     """Write the pair unless validation failed (or --keep-failed); the exit code."""
     failed = check is not None and not check.passes(tolerance)
     if not failed or args.keep_failed:
@@ -270,12 +270,33 @@ def _write_converted(args, model, check, tolerance):
                 else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
         raise CLIError(
             "validation failed: max rel error %.3g > --tolerance %g, non-finite outputs %.1f%%%s; "
-            "%s; next: --search-tolerance %g finds layers to keep in float32"
+            "%s%s; next: --search-tolerance %g finds layers to keep in float32"
             % (check.max_rel_error, tolerance, 100 * check.nonfinite_share, top1,
                "files kept (--keep-failed)" if args.keep_failed
-               else "nothing written (--keep-failed writes anyway)", tolerance),
+               else "nothing written (--keep-failed writes anyway)",
+               _first_overflow(model, samples, args),
+               tolerance),
             EXIT_VALIDATION_FAILED)
     return EXIT_OK
+
+
+def _first_overflow(model, samples, args):
+    """Where the converted model's first inf or NaN appears on the first batch, as
+    ``'; the first inf appears at ...: --exclude NAME keeps it float32'`` ('' if not found)."""
+    import mxnet as mx
+
+    diagnostics = _subcommand("diagnostics")
+    name, dtype = next(iter(model.report.input_dtypes.items()))
+    batch = mx.nd.array(samples[:args.batch_size], dtype=dtype)
+    try:
+        found = diagnostics.find_overflow_symbol(model.symbol, {name: batch}, model.arg_params,
+                                                 model.aux_params, precision="as_is")
+    except (ValueError, TypeError, mx.base.MXNetError):
+        return ""
+    if not found or found.phase != "forward" or not found.node:
+        return ""
+    return ("; the first %s appears at layer '%s' (%s): --exclude %s keeps it float32"
+            % ("inf" if found.kind == "overflow" else "NaN", found.node, found.op, found.node))
 
 
 def _cmd_run(args):

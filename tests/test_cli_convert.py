@@ -153,6 +153,33 @@ class _OverflowNet(nn.HybridBlock):
         return self.out(self.mid(self.norm(self.big(F.relu(self.first(x))))))
 
 
+def _overflow_checkpoint(tmp_path):
+    mx.random.seed(0)
+    net = _OverflowNet(prefix="net_")
+    net.initialize(mx.init.Xavier())
+    net.big.weight.set_data(mx.nd.full((16, 16), 2e4))
+    net.norm.running_var.set_data(mx.nd.full((16,), 1e10))
+    net.hybridize()
+    X = np.random.RandomState(0).uniform(0.5, 1.0, size=(8, 8)).astype(np.float32)
+    net(mx.nd.array(X))
+    net.export(str(tmp_path / "overflow"))
+    np.save(str(tmp_path / "x.npy"), X)
+    return str(tmp_path / "overflow"), str(tmp_path / "x.npy")
+
+
+def test_failed_validation_names_the_layer_that_overflowed(tmp_path, capsys):
+    prefix, inputs = _overflow_checkpoint(tmp_path)
+    code, _, err = _run(["convert", prefix, "0", "--out", str(tmp_path / "o16"), "--validate",
+                         "8", "--inputs", inputs], capsys)
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert "the first inf appears at layer 'net_big_fwd' (FullyConnected): --exclude "\
+        "net_big_fwd keeps it float32" in line, err
+    code, _, err = _run(["convert", prefix, "0", "--out", str(tmp_path / "o16"), "--validate",
+                         "8", "--inputs", inputs, "--exclude", "net_big_fwd"], capsys)
+    assert code == 0, err  # the fix it names works
+
+
 def test_search_tolerance_finds_the_overflowing_layer(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("MXMIXED_PROGRESS", raising=False)
     mx.random.seed(0)
