@@ -74,10 +74,39 @@ def _is_cpu(ctx):
     return ctx is None or getattr(ctx, "device_type", "cpu") == "cpu"
 
 
+_BIND_OPTIONS = ("stype_dict", "group2ctx", "shared_arg_names", "shared_exec", "shared_buffer")
+
+
+def _complete_shapes(sym, kwargs):
+    """``kwargs`` with the shape of every input of ``sym`` that the given shapes determine.
+
+    The rewritten graph can infer less than the original: a biased op that lost its bias
+    leaves the bias's shape, and what follows it, to be given. Shapes are therefore inferred
+    on the user's graph, as MXNet would, and all of them are handed to the rewritten one.
+    """
+    shapes = {n: v for n, v in kwargs.items() if n not in _BIND_OPTIONS}
+    if not shapes:
+        return kwargs
+    try:
+        arg_shapes, _, aux_shapes = sym.infer_shape_partial(**shapes)
+    except mx.base.MXNetError:
+        return kwargs  # the real simple_bind reports the user's error
+    if arg_shapes is None:
+        return kwargs
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    complete = dict(kwargs)
+    for name, shape in zip(names, list(arg_shapes) + list(aux_shapes)):
+        if name not in complete and shape and all(d > 0 for d in shape):
+            complete[name] = tuple(shape)
+    return complete
+
+
 def _simple_bind(self, ctx, grad_req="write", type_dict=None, *args, **kwargs):
     sym = self
     if EMULATION.active and _is_cpu(ctx):
         sym = emulate_symbol(self, type_dict)
+        if sym is not self:
+            kwargs = _complete_shapes(self, kwargs)
     return REAL_SIMPLE_BIND(sym, ctx, grad_req, type_dict, *args, **kwargs)
 
 
