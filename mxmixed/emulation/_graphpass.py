@@ -20,6 +20,7 @@ import numpy as np
 
 from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
                       pin_variable_dtypes)
+from ._deconv import conv_form_applies, deconvolution_nodes
 from ._ops import BIAS_TWICE, EMULATED_OPS
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
@@ -191,6 +192,13 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
     return nodes
 
 
+def _op_nodes(node, rewritten, first_id):
+    """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
+    if rewritten and node["op"] == "Deconvolution" and conv_form_applies(node.get("attrs", {})):
+        return deconvolution_nodes(node, first_id)
+    return [node]
+
+
 def _rebuild(graph, rewrite, multicast=None):
     """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
 
@@ -234,7 +242,7 @@ def _rebuild(graph, rewrite, multicast=None):
                 bias_entry = node["inputs"][bias]
                 node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
                 node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
-        new_nodes.append(node)
+        new_nodes.extend(_op_nodes(node, i in rewrite, len(new_nodes)))
         new_id = len(new_nodes) - 1
         for out in range(highest.get(i, 0) + 1):
             where[(i, out)] = (new_id, out)
