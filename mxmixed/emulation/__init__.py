@@ -39,10 +39,10 @@ the same code uses the real float16 kernels on a GPU.
    switched on keeps its plain cached graph; call ``net.hybridize()`` again to rebuild it.
 
 .. note::
-   Training a float16 Deconvolution imperatively or in a hybridized block raises
-   NotImplementedError on MXNet's oneDNN build: its backward fails and corrupts the process
-   when the weight is computed (an MXNet 1.9.1 bug the weight's cast triggers). Set
-   ``MXNET_MKLDNN_ENABLED=0``, use the Symbol executor, or a GPU. Inference is unaffected.
+   A float16 Deconvolution is computed as a Convolution of the zero-stuffed input: MXNet
+   1.9.1's oneDNN Deconvolution cannot run its backward pass on a cast weight. One with
+   ``target_shape`` keeps the native op, and training it with oneDNN on raises
+   NotImplementedError (set ``MXNET_MKLDNN_ENABLED=0``). Inference is unaffected.
 
 .. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell

@@ -25,11 +25,11 @@ _FLOAT16 = np.dtype(np.float16)
 _MARK = "_mxmixed_emulates"
 
 _DECONV_TRAINING = (
-    "training a float16 Deconvolution under CPU emulation hits an MXNet 1.9.1 oneDNN bug: its "
-    "backward fails ('could not execute a primitive') and corrupts the process when the weight "
-    "is computed, which the float16-to-float32 cast makes it. Set MXNET_MKLDNN_ENABLED=0 "
-    "before importing mxnet, bind it as a Symbol (Module API), or train on a GPU; inference "
-    "works as it is")
+    "training a float16 Deconvolution with target_shape under CPU emulation hits an MXNet 1.9.1 "
+    "oneDNN bug: its backward fails ('could not execute a primitive') and corrupts the process "
+    "when the weight is computed, which the float16-to-float32 cast makes it. Give pad and adj "
+    "instead of target_shape, set MXNET_MKLDNN_ENABLED=0 before importing mxnet, or train on "
+    "a GPU; inference works as it is")
 
 
 def onednn_active():
