@@ -54,6 +54,7 @@ import contextlib
 import logging
 
 from .._state import EMULATION, emulation_active, gpu_visible
+from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
 from ._ops import EMULATED_OPS, NOT_EMULATED
@@ -77,6 +78,7 @@ def _apply():
 
     undo.append(restore_amp_cast)
     undo.append(install_overflow_check())
+    undo.extend(install_gpu_semantics())
     return undo
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
                       pin_variable_dtypes)
 from ._deconv import conv_form_applies, deconvolution_nodes
+from ._gpu_semantics import follow_gpu_in_graph
 from ._ops import BIAS_TWICE, EMULATED_OPS
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
@@ -116,6 +117,9 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         (for example a float16 input with float32 weights in one FullyConnected).
     """
     graph = graph_json(sym)
+    as_on_gpu = follow_gpu_in_graph(graph)
+    if as_on_gpu is not None:
+        graph, sym = as_on_gpu, load_graph(as_on_gpu)
     nodes = graph["nodes"]
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)

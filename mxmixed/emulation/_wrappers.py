@@ -15,6 +15,7 @@ from mxnet.ndarray import NDArray
 
 from .._state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
+from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
 from ._ops import EMULATED_OPS
 
@@ -112,6 +113,9 @@ def _make_nd_wrapper(op_name, original, spec):
     def emulated_op(*args, **kwargs):
         if not EMULATION.active:
             return original(*args, **kwargs)
+        if op_name == "dot" and is_float16_csr(*args[:2], **{k: v for k, v in kwargs.items()
+                                                             if k.startswith("transpose")}):
+            return csr_dot_as_on_gpu(*args[:2])
         arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, NDArray)]
         arrays += [(n, a) for n, a in kwargs.items() if isinstance(a, NDArray) and n != "out"]
         if not any(a.dtype == _FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
