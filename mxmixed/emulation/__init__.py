@@ -18,6 +18,9 @@ Where it applies:
 * ``mxnet.contrib.amp``'s imperative casts: MXNet 1.9.1 casts float16 to float32 for the ops on
   AMP's float32 list (softmax, norms, Gluon losses) only on GPU contexts, so while emulation
   is on, CPU arrays are cast as a GPU's would be;
+* ``_contrib_ROIAlign`` (any dtype) and float16 CSR x dense ``dot``, whose CPU kernels answer
+  differently from the GPU's: the emulation gives the GPU's answer (padding ROIs' rows
+  zeroed; the GPU sparse kernels' arithmetic);
 * ``mxnet.contrib.amp``'s overflow check: ``LossScaler.has_overflow`` sums the squares of the
   CPU gradients first (one ``multi_sum_sq``) and runs MXNet's slow CPU ``multi_all_finite``
   only when a sum is not finite, so its decision is MXNet's, several times faster.

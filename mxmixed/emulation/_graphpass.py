@@ -108,7 +108,8 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
     -------
     mxnet.symbol.Symbol
         The rewritten graph, with the same inputs in the same order and the same outputs; the
-        input Symbol itself when nothing needed rewriting.
+        input Symbol itself when nothing needed rewriting. ``_contrib_ROIAlign`` nodes are
+        rewritten in any dtype, to zero padding ROIs' rows as the GPU does.
 
     Raises
     ------
