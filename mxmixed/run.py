@@ -334,7 +334,8 @@ def run_script(script, argv=(), report=None, emulation=True):
             emu.disable()
     if report:
         _write_json(report, {
-            "note": _steps_note(recorder), "script": os.path.abspath(script), "argv": list(argv), "exit_code": code,
+            "note": _steps_note(recorder), "script": os.path.abspath(script),
+            "argv": list(argv), "exit_code": code,
             "error": error, "wall_s": wall, "emulation": state,
             "summary": recorder.summary(), "steps": recorder.steps})
     return code
