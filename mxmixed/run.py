@@ -6,8 +6,9 @@ ARGS...`` would: ``sys.argv`` is ``[SCRIPT, ARGS...]`` and ``sys.path[0]`` is th
 folder. The script's exit code is returned and its errors surface as its own traceback.
 
 With a report file it also records what happened in float16, for scripts that know nothing
-about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update`` and the AMP loss scaler's
-``has_overflow`` from the outside, and undoes the hooks when the script ends.
+about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update``, ``mxnet.module.Module.update``
+(what ``Module.fit`` calls per batch) and the AMP loss scaler's ``has_overflow`` from the
+outside, and undoes the hooks when the script ends.
 
 Usage: ``mxmixed run [--report FILE] [--no-emulation] SCRIPT [ARGS...]``, or
 ``python -m mxmixed.run ...``.
@@ -24,6 +25,7 @@ import time
 import traceback
 
 from mxnet.gluon import Trainer
+from mxnet.module import Module
 
 from . import emulation as emu
 from ._io import atomic_write, special_file
@@ -57,17 +59,20 @@ class StepRecorder:
 
     # ------------------------------------------------------------------ hooks
     def install(self):
-        """Patch ``Trainer.step`` and ``Trainer.update``."""
+        """Patch ``Trainer.step``, ``Trainer.update`` and ``Module.update``."""
         for name in ("step", "update"):
             original = Trainer.__dict__[name]
-            self._originals[name] = original
+            self._originals[(Trainer, name)] = original
             setattr(Trainer, name, self._wrap(original, name))
+        original = Module.__dict__["update"]
+        self._originals[(Module, "update")] = original
+        Module.update = self._wrap_module(original)
         return self
 
     def uninstall(self):
-        """Restore ``Trainer`` and every hooked scaler exactly as they were."""
-        for name, original in self._originals.items():
-            setattr(Trainer, name, original)
+        """Restore ``Trainer``, ``Module`` and every hooked scaler exactly as they were."""
+        for (cls, name), original in self._originals.items():
+            setattr(cls, name, original)
         self._originals = {}
         for scaler in self._scalers:
             if "has_overflow" in getattr(scaler, "__dict__", {}):
@@ -141,6 +146,31 @@ class StepRecorder:
         hooked.__doc__ = original.__doc__
         return hooked
 
+    def _wrap_module(self, original):
+        """``Module.update`` (``Module.fit`` calls it once per batch): one step each call."""
+        recorder = self
+
+        def hooked(module, *args, **kwargs):
+            record = {"step": len(recorder.steps) + 1, "call": "Module.update",
+                      "trainer": recorder._trainer_index(module)}
+            if recorder.first_nonfinite is None:
+                recorder._locate(_module_gradients(module))
+            start = time.perf_counter()
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                record["call_s"] = end - start
+                record["iteration_s"] = (None if recorder._last_end is None
+                                         else end - recorder._last_end)
+                recorder._last_end = end
+                recorder.steps.append(record)
+
+        hooked.__wrapped__ = original
+        hooked.__name__ = original.__name__
+        hooked.__doc__ = original.__doc__
+        return hooked
+
     # ------------------------------------------------------------------ summary
     def summary(self):
         """What the steps add up to: counts, skipped steps, loss scales, step times.
@@ -161,6 +191,41 @@ class StepRecorder:
             out["loss_scale_last"] = scaled[-1]["next_loss_scale"]
             out["loss_scale_min"] = min(s["loss_scale"] for s in scaled)
         return out
+
+
+class _ModuleGradient:
+    """A Module parameter's gradients, shaped as the Gluon ``Parameter`` the checker reads."""
+
+    grad_req = "write"
+
+    def __init__(self, name, grads):
+        self.name, self._grad = name, grads
+
+    def list_grad(self):
+        return self._grad
+
+
+def _module_gradients(module):
+    """The gradients a ``Module.update`` is about to apply, per parameter."""
+    group = getattr(module, "_exec_group", None)
+    if group is None or not getattr(group, "grad_arrays", None):
+        return []
+    return [_ModuleGradient(name, [g for g in grads if g is not None])
+            for name, grads in zip(group.param_names, group.grad_arrays)
+            if grads and any(g is not None for g in grads)]
+
+
+HOOKS = ("mxnet.gluon.Trainer.step", "mxnet.gluon.Trainer.update", "mxnet.module.Module.update")
+
+
+def _steps_note(recorder):
+    """The report's first line: where its steps come from, or why it has none."""
+    if not recorder.steps:
+        return ("no optimizer step was seen: the run never called %s, so steps, step times "
+                "and the non-finite check are empty" % ", ".join(HOOKS))
+    names = {"step": "Trainer.step", "update": "Trainer.update"}
+    calls = sorted({names.get(s["call"], s["call"]) for s in recorder.steps})
+    return "%d optimizer steps recorded from %s" % (len(recorder.steps), ", ".join(calls))
 
 
 def _write_json(path, payload):
@@ -331,9 +396,9 @@ def run_script(script, argv=(), report=None, emulation=True):
             emu.disable()
     if report:
         try:
-            _write_json(report, dict(header, status=status, **{
-                "exit_code": code, "error": error, "wall_s": wall, "emulation": state,
-                "summary": recorder.summary(), "steps": recorder.steps}))
+            _write_json(report, dict({"note": _steps_note(recorder)}, **header, status=status,
+                                     exit_code=code, error=error, wall_s=wall, emulation=state,
+                                     summary=recorder.summary(), steps=recorder.steps))
         except (OSError, ValueError) as err:  # the script's exit status stands
             _report_write_error(report, err)
     return code

@@ -100,3 +100,22 @@ def test_classification_float16_trains_and_validates(tmp_path, image_folder, mod
     assert summary["first_nonfinite"] is None or mode == ["--amp"]
     assert len(metrics["loss"]) == ITERS and _finite(metrics["loss"])
     assert len(metrics["val_top1"]) == 1 and 0.0 <= metrics["val_top1"][0] <= 1.0
+
+
+def test_module_api_float16_report_shows_its_steps(tmp_path):
+    report, metrics = _run_client(tmp_path, "train_cifar_module.py",
+                                  ["--dtype", "float16", "--num-epochs", "2"])
+    assert report["exit_code"] == 0 and math.isfinite(metrics["train_ce"])
+    assert report["note"] == "8 optimizer steps recorded from Module.update"
+    assert report["summary"]["steps"] == 8  # 32 examples / batch 8, two epochs
+    assert [s["call"] for s in report["steps"]] == ["Module.update"] * 8
+    assert all(s["iteration_s"] > 0 for s in report["steps"][1:])
+    assert report["summary"]["first_nonfinite"] is None
+
+
+def test_module_api_report_finds_the_first_nonfinite_gradient(tmp_path):
+    report, _ = _run_client(tmp_path, "train_cifar_module.py",
+                            ["--dtype", "float16", "--num-epochs", "1", "--lr", "1e4"])
+    found = report["summary"]["first_nonfinite"]
+    assert found is not None and found["step"] > 1
+    assert found["tensor"].startswith("gradient of ")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import mxnet as mx
 import pytest
 from mxnet import gluon
 
@@ -118,6 +119,7 @@ def test_traceback_is_the_scripts_own(tmp_path):
 # ----------------------------------------------------------------------------- hooks
 def test_hooks_are_undone_after_the_run(tmp_path):
     step, update = gluon.Trainer.step, gluon.Trainer.update
+    module_update = mx.mod.Module.update
     script = _script(tmp_path, """
         import mxnet as mx
         from mxnet import autograd, gluon
@@ -134,8 +136,10 @@ def test_hooks_are_undone_after_the_run(tmp_path):
     report = tmp_path / "report.json"
     assert run_script(script, [], report=str(report)) == 1
     assert gluon.Trainer.step is step and gluon.Trainer.update is update
+    assert mx.mod.Module.update is module_update
     data = json.loads(report.read_text())
     assert data["summary"]["steps"] == 2 and data["exit_code"] == 1
+    assert data["note"] == "2 optimizer steps recorded from Trainer.step"
     assert "after two steps" in data["error"]
 
 
@@ -247,3 +251,18 @@ def test_report_error_is_one_line_and_a_syntax_error_shows_no_runner_frames(tmp_
     assert proc.returncode == 1
     assert json.loads(report.read_text())["error"] == error
     assert "runpy" not in proc.stderr and "mxmixed" not in proc.stderr, proc.stderr
+
+
+def test_report_says_in_its_first_line_when_no_step_was_seen(tmp_path):
+    script = _script(tmp_path, """
+        import mxnet as mx
+        w = mx.nd.ones((3,))
+        for _ in range(3):
+            w -= 0.1 * w  # a hand-written update: no Trainer, no Module
+    """)
+    report = tmp_path / "report.json"
+    assert run_script(script, [], report=str(report)) == 0
+    data = json.loads(report.read_text())
+    assert list(data)[0] == "note" and data["summary"]["steps"] == 0
+    assert data["note"].startswith("no optimizer step was seen")
+    assert "mxnet.module.Module.update" in data["note"]

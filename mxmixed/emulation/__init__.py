@@ -18,6 +18,9 @@ Where it applies:
 * ``mxnet.contrib.amp``'s imperative casts: MXNet 1.9.1 casts float16 to float32 for the ops on
   AMP's float32 list (softmax, norms, Gluon losses) only on GPU contexts, so while emulation
   is on, CPU arrays are cast as a GPU's would be;
+* ``_contrib_ROIAlign`` (any dtype) and float16 CSR x dense ``dot``, whose CPU kernels answer
+  differently from the GPU's: the emulation gives the GPU's answer (padding ROIs' rows
+  zeroed; the GPU sparse kernels' arithmetic);
 * ``mxnet.contrib.amp``'s overflow check: ``LossScaler.has_overflow`` sums the squares of the
   CPU gradients first (one ``multi_sum_sq``) and runs MXNet's slow CPU ``multi_all_finite``
   only when a sum is not finite, so its decision is MXNet's, several times faster.
@@ -39,10 +42,10 @@ the same code uses the real float16 kernels on a GPU.
    switched on keeps its plain cached graph; call ``net.hybridize()`` again to rebuild it.
 
 .. note::
-   Training a float16 Deconvolution imperatively or in a hybridized block raises
-   NotImplementedError on MXNet's oneDNN build: its backward fails and corrupts the process
-   when the weight is computed (an MXNet 1.9.1 bug the weight's cast triggers). Set
-   ``MXNET_MKLDNN_ENABLED=0``, use the Symbol executor, or a GPU. Inference is unaffected.
+   A float16 Deconvolution is computed as a Convolution of the zero-stuffed input: MXNet
+   1.9.1's oneDNN Deconvolution cannot run its backward pass on a cast weight. One with
+   ``target_shape`` keeps the native op, and training it with oneDNN on raises
+   NotImplementedError (set ``MXNET_MKLDNN_ENABLED=0``). Inference is unaffected.
 
 .. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
@@ -54,6 +57,7 @@ import contextlib
 import logging
 
 from .._state import EMULATION, emulation_active, gpu_visible
+from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
 from ._ops import EMULATED_OPS, NOT_EMULATED
@@ -77,6 +81,7 @@ def _apply():
 
     undo.append(restore_amp_cast)
     undo.append(install_overflow_check())
+    undo.extend(install_gpu_semantics())
     return undo
 
 

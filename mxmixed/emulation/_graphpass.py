@@ -20,6 +20,8 @@ import numpy as np
 
 from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
                       pin_variable_dtypes)
+from ._deconv import conv_form_applies, deconvolution_nodes
+from ._gpu_semantics import follow_gpu_in_graph
 from ._ops import BIAS_TWICE, EMULATED_OPS
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
@@ -106,7 +108,8 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
     -------
     mxnet.symbol.Symbol
         The rewritten graph, with the same inputs in the same order and the same outputs; the
-        input Symbol itself when nothing needed rewriting.
+        input Symbol itself when nothing needed rewriting. ``_contrib_ROIAlign`` nodes are
+        rewritten in any dtype, to zero padding ROIs' rows as the GPU does.
 
     Raises
     ------
@@ -115,6 +118,9 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         (for example a float16 input with float32 weights in one FullyConnected).
     """
     graph = graph_json(sym)
+    as_on_gpu = follow_gpu_in_graph(graph)
+    if as_on_gpu is not None:
+        graph, sym = as_on_gpu, load_graph(as_on_gpu)
     nodes = graph["nodes"]
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)
@@ -191,6 +197,13 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
     return nodes
 
 
+def _op_nodes(node, rewritten, first_id):
+    """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
+    if rewritten and node["op"] == "Deconvolution" and conv_form_applies(node.get("attrs", {})):
+        return deconvolution_nodes(node, first_id)
+    return [node]
+
+
 def _rebuild(graph, rewrite, multicast=None):
     """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
 
@@ -234,7 +247,7 @@ def _rebuild(graph, rewrite, multicast=None):
                 bias_entry = node["inputs"][bias]
                 node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
                 node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
-        new_nodes.append(node)
+        new_nodes.extend(_op_nodes(node, i in rewrite, len(new_nodes)))
         new_id = len(new_nodes) - 1
         for out in range(highest.get(i, 0) + 1):
             where[(i, out)] = (new_id, out)

@@ -3,6 +3,8 @@
 Both hand the graph to :func:`mxmixed.emulation.emulate_symbol` once the dtypes of its inputs
 are known, on CPU contexts only.
 """
+import copy
+
 import mxnet as mx
 
 from .._state import EMULATION
@@ -74,11 +76,69 @@ def _is_cpu(ctx):
     return ctx is None or getattr(ctx, "device_type", "cpu") == "cpu"
 
 
+_BIND_OPTIONS = ("stype_dict", "group2ctx", "shared_arg_names", "shared_exec", "shared_buffer")
+
+
+def _complete_shapes(sym, kwargs):
+    """``kwargs`` with the shape of every input of ``sym`` that the given shapes determine.
+
+    The rewritten graph can infer less than the original: a biased op that lost its bias
+    leaves the bias's shape, and what follows it, to be given. Shapes are therefore inferred
+    on the user's graph, as MXNet would, and all of them are handed to the rewritten one.
+    """
+    shapes = {n: v for n, v in kwargs.items() if n not in _BIND_OPTIONS}
+    if not shapes:
+        return kwargs
+    try:
+        arg_shapes, _, aux_shapes = sym.infer_shape_partial(**shapes)
+    except mx.base.MXNetError:
+        return kwargs  # the real simple_bind reports the user's error
+    if arg_shapes is None:
+        return kwargs
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    complete = dict(kwargs)
+    for name, shape in zip(names, list(arg_shapes) + list(aux_shapes)):
+        if name not in complete and shape and all(d > 0 for d in shape):
+            complete[name] = tuple(shape)
+    return complete
+
+
+class _UserExecutor(mx.executor.Executor):
+    """An executor of a rewritten graph that shows the user's graph: its names, its outputs.
+
+    ``output_dict``, ``arg_dict`` and the rest are keyed by ``_symbol``'s names; the rewritten
+    graph has the same inputs and outputs in the same order, but its outputs carry the names of
+    its last nodes (``fc_emu_out0_output``), which a GPU run never shows.
+    """
+
+    def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):
+        # Unchanged shapes are inferred on the user's graph (the rewritten one cannot infer a
+        # split-off bias); changed ones are left to MXNet's own checks.
+        now = dict(zip(self._symbol.list_arguments(), (a.shape for a in self.arg_arrays)))
+        now.update(zip(self._symbol.list_auxiliary_states(),
+                       (a.shape for a in self.aux_arrays)))
+        complete = _complete_shapes(self._symbol, kwargs)
+        kwargs.update({n: s for n, s in complete.items() if n not in kwargs and now.get(n) == s})
+        return _as_user_executor(super().reshape(partial_shaping, allow_up_sizing, **kwargs),
+                                 self._symbol)
+
+    reshape.__doc__ = mx.executor.Executor.reshape.__doc__
+
+
+def _as_user_executor(exe, user_sym):
+    exe._symbol = user_sym
+    exe.__class__ = _UserExecutor
+    return exe
+
+
 def _simple_bind(self, ctx, grad_req="write", type_dict=None, *args, **kwargs):
     sym = self
     if EMULATION.active and _is_cpu(ctx):
         sym = emulate_symbol(self, type_dict)
-    return REAL_SIMPLE_BIND(sym, ctx, grad_req, type_dict, *args, **kwargs)
+        if sym is not self:
+            kwargs = _complete_shapes(self, kwargs)
+    exe = REAL_SIMPLE_BIND(sym, ctx, grad_req, type_dict, *args, **kwargs)
+    return exe if sym is self else _as_user_executor(exe, copy.deepcopy(self))
 
 
 def _bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, *rest, **kwargs):
@@ -92,7 +152,8 @@ def _bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, *r
             elif values is not None:
                 types.update({n: v.dtype for n, v in zip(names, values)})
         sym = emulate_symbol(self, types)
-    return REAL_BIND(sym, ctx, args, args_grad, grad_req, aux_states, *rest, **kwargs)
+    exe = REAL_BIND(sym, ctx, args, args_grad, grad_req, aux_states, *rest, **kwargs)
+    return exe if sym is self else _as_user_executor(exe, copy.deepcopy(self))
 
 
 _simple_bind.__doc__ = REAL_SIMPLE_BIND.__doc__

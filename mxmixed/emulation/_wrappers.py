@@ -14,6 +14,8 @@ import mxnet as mx
 from mxnet.ndarray import NDArray
 
 from .._state import EMULATION
+from ._deconv import conv_form_applies, deconvolution_as_convolution
+from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
 from ._ops import EMULATED_OPS
 
@@ -24,11 +26,11 @@ _FLOAT16 = np.dtype(np.float16)
 _MARK = "_mxmixed_emulates"
 
 _DECONV_TRAINING = (
-    "training a float16 Deconvolution under CPU emulation hits an MXNet 1.9.1 oneDNN bug: its "
-    "backward fails ('could not execute a primitive') and corrupts the process when the weight "
-    "is computed, which the float16-to-float32 cast makes it. Set MXNET_MKLDNN_ENABLED=0 "
-    "before importing mxnet, bind it as a Symbol (Module API), or train on a GPU; inference "
-    "works as it is")
+    "training a float16 Deconvolution with target_shape under CPU emulation hits an MXNet 1.9.1 "
+    "oneDNN bug: its backward fails ('could not execute a primitive') and corrupts the process "
+    "when the weight is computed, which the float16-to-float32 cast makes it. Give pad and adj "
+    "instead of target_shape, set MXNET_MKLDNN_ENABLED=0 before importing mxnet, or train on "
+    "a GPU; inference works as it is")
 
 
 def onednn_active():
@@ -95,6 +97,13 @@ def _multicast(original, *data, num_outputs=None, cast_narrow=False, out=None, *
     return [mx.nd.amp_cast(a, dtype=t, out=o) for a, t, o in zip(data, targets, outs)]
 
 
+def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
+    """``mx.nd.Deconvolution`` (float32, no bias) computed as a Convolution: see ``_deconv``."""
+    if bias is not None:
+        raise ValueError("the emulation adds a Deconvolution's bias itself")
+    return deconvolution_as_convolution(mx.nd, data, weight, attrs)
+
+
 def _make_nd_wrapper(op_name, original, spec):
     names = [p.name for p in inspect.signature(original).parameters.values()
              if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
@@ -104,6 +113,9 @@ def _make_nd_wrapper(op_name, original, spec):
     def emulated_op(*args, **kwargs):
         if not EMULATION.active:
             return original(*args, **kwargs)
+        if op_name == "dot" and is_float16_csr(*args[:2], **{k: v for k, v in kwargs.items()
+                                                             if k.startswith("transpose")}):
+            return csr_dot_as_on_gpu(*args[:2])
         arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, NDArray)]
         arrays += [(n, a) for n, a in kwargs.items() if isinstance(a, NDArray) and n != "out"]
         if not any(a.dtype == _FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
@@ -114,7 +126,7 @@ def _make_nd_wrapper(op_name, original, spec):
                 raise TypeError("%s got inputs of dtypes %s; MXNet needs one dtype for all of "
                                 "them (a GPU run fails too): cast them alike"
                                 % (op_name, sorted(np.dtype(d).name for d in dtypes)))
-        if op_name == "Deconvolution":
+        if op_name == "Deconvolution" and not conv_form_applies(kwargs):
             refuse_deconv_training()
         if op_name == "amp_multicast":
             return _multicast(original, *args, **kwargs)
@@ -128,11 +140,14 @@ def _make_nd_wrapper(op_name, original, spec):
                 new_args[spec.bias_input] = None
             else:
                 bias = new_kwargs.pop(bias_name, None)
+        compute = original
+        if op_name == "Deconvolution" and conv_form_applies(kwargs):
+            compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):
             new_kwargs["no_bias"] = True
-            result = original(*new_args, **new_kwargs)
+            result = compute(*new_args, **new_kwargs)
             return _add_bias_as_on_gpu(op_name, result, bias, kwargs, out)
-        return _downcast(original(*new_args, **new_kwargs), spec, out)
+        return _downcast(compute(*new_args, **new_kwargs), spec, out)
 
     emulated_op.__name__ = getattr(original, "__name__", op_name)
     emulated_op.__doc__ = original.__doc__
