@@ -396,9 +396,9 @@ def run_script(script, argv=(), report=None, emulation=True):
             emu.disable()
     if report:
         try:
-            _write_json(report, dict({"note": _steps_note(recorder)}, **header, status=status,
-                                     exit_code=code, error=error, wall_s=wall, emulation=state,
-                                     summary=recorder.summary(), steps=recorder.steps))
+            final = dict(header, status=status, exit_code=code, error=error, wall_s=wall,
+                         emulation=state, summary=recorder.summary(), steps=recorder.steps)
+            _write_json(report, dict({"note": _steps_note(recorder)}, **final))
         except (OSError, ValueError) as err:  # the script's exit status stands
             _report_write_error(report, err)
     return code
