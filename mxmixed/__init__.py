@@ -12,13 +12,15 @@ check_mxnet_installed()
 from ._version import __version__  # noqa: E402
 from . import (checkpoint, diagnostics, distributed, emulation,  # noqa: E402
                optim, scaler, symbolic, training)
+from ._state import bfloat16_support  # noqa: E402
 from .checkpoint import CheckpointError  # noqa: E402
 from .emulation import emulated, emulation_active  # noqa: E402
 from .optim import master_weights, multi_precision_trainer  # noqa: E402
 from .scaler import LossScaleError, LossScaler  # noqa: E402
 from .symbolic import (ConversionError, ConversionReport, ConvertedModel,  # noqa: E402
                        SearchResult, ValidationReport, convert, convert_hybrid_block,
-                       float16_softmax_symbol, load_float16, multi_precision_optimizer,
+                       float16_softmax_symbol, load_bfloat16, load_float16,
+                       multi_precision_optimizer,
                        multi_precision_params, search_fp32_layers, validate)
 from .training import (amp_initialized, amp_scope, clip_global_norm, init,  # noqa: E402
                        init_trainer, loss_scaler, scale_loss, step, unscale)
@@ -39,6 +41,8 @@ __all__ = [
     "multi_precision_trainer",
     "symbolic",
     "ConversionError",
+    "bfloat16_support",
+    "load_bfloat16",
     "ConversionReport",
     "ConvertedModel",
     "SearchResult",

@@ -14,7 +14,7 @@ import numpy as np
 import mxnet as mx
 
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32
+from ._common import ConversionError, _BFLOAT16, _CAST_OPS, _FLOAT16, _FLOAT32
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
 from ._probe import _probe, _underflow_layers, _underflow_note
@@ -54,7 +54,7 @@ class ConvertedModel:
         return save_checkpoint(prefix, epoch, self.symbol, self.arg_params, self.aux_params)
 
     def to_block(self, ctx=None):
-        """The model as a ``SymbolBlock`` for inference (emulated on a CPU).
+        """The model as a ``SymbolBlock`` for inference (float16 emulated on a CPU).
 
         Parameters
         ----------
@@ -73,12 +73,9 @@ class ConvertedModel:
 
 def _check_target(target_dtype):
     name = str(target_dtype)
-    if name == "float16":
+    if name in ("float16", "bfloat16"):
         return name
-    if name == "bfloat16":
-        raise ConversionError("target dtype bfloat16 is not supported: MXNet's bfloat16 AMP "
-                              "needs AVX512-BF16 and mxmixed emulates float16 only")
-    raise ConversionError("unsupported target dtype %r: only float16 is supported" % (name,))
+    raise ConversionError("unsupported target dtype %r: float16 or bfloat16" % (name,))
 
 
 def _closest(name, choices):
@@ -113,8 +110,9 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
         The float32 graph.
     arg_params, aux_params : dict of str to mxnet.nd.NDArray
         Its params; float16 ones (a partly cast model) are taken back to float32 first.
-    target_dtype : str, default 'float16'
-        Only float16 is supported.
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+        bfloat16 is for CPUs: MXNet runs it through oneDNN, fast with AVX512-BF16 or AMX
+        (see :func:`mxmixed.bfloat16_support`); load the result with :func:`load_bfloat16`.
     exclude_layers : sequence of str
         Node names to keep in float32 (``excluded_sym_names``).
     exclude_ops : sequence of str
@@ -189,6 +187,9 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
     """
     start = time.perf_counter()
     target = _check_target(target_dtype)
+    if target == "bfloat16" and not keep_io_types:
+        raise ConversionError("keep_io_types=False is for float16 only: a bfloat16 model "
+                              "takes and returns float32")
     if not isinstance(sym, mx.sym.Symbol):
         raise ConversionError("sym must be an mxnet Symbol, got %s" % type(sym).__name__)
     if not isinstance(arg_params, dict) or not isinstance(aux_params, dict):
@@ -224,9 +225,10 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
         for node in nodes:
             if node["op"] in DETECTION_OPS:
                 reasons.setdefault(node["name"], "detection op")
-    arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+    low = (_FLOAT16, _BFLOAT16)
+    arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in arg_params.items()}
-    aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+    aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
     notes = []
@@ -253,7 +255,10 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
     if detection:
         notes.insert(0, "detection ops kept float32 by default (keep_detection_float32=True): "
                      + ", ".join(detection))
-    if calibration is not None:
+    if calibration is not None and target == "bfloat16":
+        notes.append("no underflow check for bfloat16: it has float32's exponent range, so "
+                     "values that are tiny in float32 stay normal in bfloat16")
+    elif calibration is not None:
         names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
         outputs, stats, _ = _probe(sym, arg32, aux32, names, _batches(calibration, batch_size),
                                    _default_ctx(ctx), False, "")

@@ -8,6 +8,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from .._graph import dtype_name
 from ._common import _CAST_OPS, _FLOAT32
 from ._graph import (_compute_dtype, _entry_dtypes, _graph, _is_fp32_listed, _known_types,
                      _var_dtype)
@@ -28,7 +29,8 @@ def _bytes_by_dtype(*dicts):
     for params in dicts:
         for value in params.values():
             dtype = np.dtype(value.dtype)
-            out[dtype.name] = out.get(dtype.name, 0) + int(np.prod(value.shape)) * dtype.itemsize
+            name = dtype_name(dtype)
+            out[name] = out.get(name, 0) + int(np.prod(value.shape)) * dtype.itemsize
     return out
 
 
@@ -95,17 +97,18 @@ class ConversionReport:
 
     def count(self, op, dtype):
         """Number of ``op`` nodes computing in ``dtype`` (int)."""
-        return self.ops.get(op, {}).get(np.dtype(dtype).name, 0)
+        name = dtype if dtype == "bfloat16" else dtype_name(dtype)
+        return self.ops.get(op, {}).get(name, 0)
 
     def __str__(self):
         dtypes = sorted({d for counts in self.ops.values() for d in counts},
-                        key=lambda d: (d not in ("float16", "float32"), d))
-        for d in ("float32", "float16"):
+                        key=lambda d: (d not in (self.target_dtype, "float32"), d))
+        for d in ("float32", self.target_dtype):
             if d not in dtypes:
                 dtypes.insert(0, d)
         width = max([len("operator")] + [len(op) for op in self.ops])
-        lines = ["Float16 conversion report (target %s, %.2f s)" % (self.target_dtype,
-                                                                  self.seconds),
+        lines = ["%s conversion report (target %s, %.2f s)"
+                 % (self.target_dtype.capitalize(), self.target_dtype, self.seconds),
                  "inputs: %s" % ", ".join("%s=%s" % kv for kv in self.input_dtypes.items()),
                  "outputs: %s" % ", ".join("%s=%s" % kv for kv in self.output_dtypes.items()),
                  "keep_io_types=%s  cast_optional_params=%s"
@@ -152,8 +155,8 @@ def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_afte
         if node["op"] == "null" or node["op"] in _CAST_OPS:
             continue
         dtype = _compute_dtype(node, dtypes)
-        name = dtype.name if dtype is not None else "other"
-        counts = ops.setdefault(node["op"], {"float16": 0, "float32": 0})
+        name = dtype_name(dtype) if dtype is not None else "other"
+        counts = ops.setdefault(node["op"], {target: 0, "float32": 0})
         counts[name] = counts.get(name, 0) + 1
         layer_dtypes[node["name"]] = name
         if dtype == _FLOAT32:
@@ -166,11 +169,11 @@ def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_afte
     outputs = {}
     for name, (src, out, _) in zip(sym.list_outputs(), graph["heads"]):
         dtype = dtypes.get((src, out))
-        outputs[name] = dtype.name if dtype is not None else "unknown"
+        outputs[name] = dtype_name(dtype) if dtype is not None else "unknown"
     return ConversionReport(
         target_dtype=target, ops=ops, casts_inserted=casts_after - casts_before,
         param_bytes_before=_bytes_by_dtype(arg_before, aux_before),
         param_bytes_after=_bytes_by_dtype(arg_after, aux_after), fp32_layers=fp32_layers,
-        input_dtypes={n: t.name for n, t in data_types.items()}, output_dtypes=outputs,
+        input_dtypes={n: dtype_name(t) for n, t in data_types.items()}, output_dtypes=outputs,
         keep_io_types=settings["keep_io_types"],
         cast_optional_params=settings["cast_optional_params"], layer_dtypes=layer_dtypes)

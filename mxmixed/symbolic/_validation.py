@@ -72,7 +72,8 @@ class _Runner:
 
     def __call__(self, batch):
         X = mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)
-        scope = emulation.emulated() if _is_cpu(self.ctx) else contextlib.nullcontext()
+        emulate = _is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
+        scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
             out = self.block(X)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -124,6 +125,8 @@ class ValidationReport:
         One verdict per output, each with its rule: ``relative`` (``max_rel_error`` of that
         output) or, for detectors whose outputs are gluoncv's (ids, scores, boxes) after
         NMS, ``detections`` (matched by class and IoU; see ``docs/symbolic.md``).
+    target_dtype : str
+        'float16', or 'bfloat16' when the reduced-precision model computes in bfloat16.
     """
 
     samples: int
@@ -134,6 +137,7 @@ class ValidationReport:
     device: str
     seconds: float
     checks: List[OutputCheck] = field(default_factory=list)
+    target_dtype: str = "float16"
 
     @property
     def error(self):
@@ -167,7 +171,7 @@ class ValidationReport:
         for check in self.checks:
             rows.append((check.name, "error %.4g  [%s]%s" % (
                 check.error, check.rule, ("  " + check.detail) if check.detail else "")))
-        return "Validation: float16 against float32\n" + "\n".join(
+        return ("Validation: %s against float32\n" % self.target_dtype) + "\n".join(
             "  %-19s %s" % row for row in rows)
 
 
@@ -177,7 +181,9 @@ def _compare(ref, got, rule="auto"):
     return abs_err, max((c.error for c in checks), default=0.0), nonfinite, top1
 
 
-def _device_text(ctx):
+def _device_text(ctx, target="float16"):
+    if target == "bfloat16":
+        return "%s (bfloat16 through oneDNN)" % (ctx,)
     return "%s (float16 %s)" % (ctx, "emulated" if _is_cpu(ctx) else "native")
 
 
@@ -246,12 +252,15 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     start = time.perf_counter()
     batches = _batches(inputs, batch_size)
     ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32")
-    got = _run(_Runner(fp16_model, ctx, input_dtype), batches, progress, "validate float16")
+    runner = _Runner(fp16_model, ctx, input_dtype)
+    target = "bfloat16" if getattr(runner.block, "_mxmixed_bfloat16", False) else "float16"
+    got = _run(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
-                            device=_device_text(ctx), seconds=time.perf_counter() - start,
-                            checks=checks)
+                            device=_device_text(ctx, target),
+                            seconds=time.perf_counter() - start, checks=checks,
+                            target_dtype=target)
