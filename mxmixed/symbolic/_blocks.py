@@ -78,11 +78,12 @@ def load_float16(prefix, epoch=0, ctx=None):
 def load_bfloat16(prefix, epoch=0):
     """Load a checkpoint converted to bfloat16 as a fast ``SymbolBlock`` for CPU inference.
 
-    ``SymbolBlock.imports`` cannot load such a pair: its params are bfloat16 and MXNet's
-    type inference then fails ("This layer requires uniform type"). This loader gives each
-    param its stored dtype, keeps the graph as it is (oneDNN runs the bfloat16 ops; no
-    float16 emulation) and hybridizes the block with ``static_alloc=True,
-    static_shape=True``. Module API loss outputs are replaced by their inference form.
+    The pair is checked (params against graph, a bfloat16 graph), each param gets its stored
+    dtype (a plain ``SymbolBlock.imports`` of a pair from MXNet's own ``amp.convert_model``
+    can fail type inference: "This layer requires uniform type"), the graph stays as it is
+    (oneDNN runs the bfloat16 ops; no float16 emulation) and the block is hybridized with
+    ``static_alloc=True, static_shape=True``. Module API loss outputs are replaced by their
+    inference form.
 
     Parameters
     ----------
