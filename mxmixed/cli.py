@@ -271,7 +271,8 @@ def _cmd_convert(args):
 
 def _cmd_run(args):
     return _subcommand("run").run_script(args.script, args.args, report=args.report,
-                                         emulation=not args.no_emulation)
+                                         emulation=not args.no_emulation,
+                                         amp=getattr(args, "amp", None))
 
 
 # ------------------------------------------------------------------ parser
@@ -357,6 +358,10 @@ def build_parser():
                           "steps, the first non-finite gradient, step times")
     run.add_argument("--no-emulation", action="store_true",
                      help="run as plain MXNet, as a baseline")
+    run.add_argument("--amp", choices=["bfloat16"], default=None,
+                     help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
+                          "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
+                          "print the median step time")
     run.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments (all of them, options included)")
