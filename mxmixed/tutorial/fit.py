@@ -167,8 +167,8 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
     precision : {'float32', 'amp', 'float16', 'bfloat16'}
         ``'amp'``: ``mxnet.contrib.amp`` through mxmixed, float32 params, dynamic scaling by
         default. ``'bfloat16'``: the same with ``target_dtype='bfloat16'`` (oneDNN, CPUs
-        with AVX-512), no loss scaling by default. ``'float16'``: ``net.cast('float16')``, multi-precision SGD (float32 master
-        weights), static scale 128 by default.
+        with AVX-512), no loss scaling by default. ``'float16'``: ``net.cast('float16')``,
+        multi-precision SGD (float32 master weights), static scale 128 by default.
     build_net : callable
         Returns a fresh initialized network; called inside the precision's scope.
     loaders : tuple of DataLoader
