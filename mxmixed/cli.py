@@ -26,7 +26,7 @@ any work. The input checkpoint is never overwritten.
 
 exit codes:
   0  converted (and, with --validate, within --tolerance) and written
-  1  validation failed: float16 outputs are non-finite or off by more than --tolerance;
+  1  validation failed: converted outputs are non-finite or off by more than --tolerance;
      nothing written (with --keep-failed the files are written, and the exit code is still 1)
   2  bad command line or input: options, checkpoint files, output location, or samples and a
      forward pass that would not fit in the available memory; nothing written
@@ -302,13 +302,15 @@ def build_parser():
                       help="results folder, created if missing (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
     conv = sub.add_parser(
-        "convert", help="convert a float32 Symbol checkpoint to float16, with a report",
+        "convert", help="convert a float32 Symbol checkpoint to float16 (or bfloat16), with "
+                        "a report",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONVERT_EPILOG,
         description="Convert PREFIX-symbol.json and PREFIX-EPOCH.params (float32, from the "
                     "Module API or a Gluon export) to float16 mixed precision. Writes "
                     "OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params (both or neither) and "
                     "prints what changed. Optional params are stored in float16 (MXNet's "
-                    "default keeps them float32).")
+                    "default keeps them float32). --dtype bfloat16 converts for CPU serving "
+                    "instead (see docs/bfloat16.md).")
     conv.add_argument("prefix", metavar="PREFIX", help="input checkpoint prefix")
     conv.add_argument("epoch", metavar="EPOCH", type=_int_at_least(0),
                       help="epoch number of the params file")
@@ -337,7 +339,8 @@ def build_parser():
     conv.add_argument("--keep-failed", action="store_true",
                       help="write the converted files even when the validation fails")
     conv.add_argument("--search-tolerance", type=_positive_float, default=None, metavar="T",
-                      help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T")
+                      help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T "
+                           "(float16 only)")
     samples = conv.add_mutually_exclusive_group()
     samples.add_argument("--inputs", metavar="FILE.npy",
                          help="samples (N, ...) for --validate and the search")
