@@ -10,7 +10,11 @@ Every layer asks here; nothing above this module keeps its own copy of these fac
 import mxnet as mx
 
 __all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
-           "bfloat16_support", "bfloat16_native"]
+           "bfloat16_support", "bfloat16_native", "BFLOAT16_EMULATED"]
+
+#: The one line every bfloat16 entry point shows where oneDNN emulates bfloat16.
+BFLOAT16_EMULATED = ("bfloat16 runs emulated by oneDNN on this CPU (AVX-512 without AVX512-BF16 "
+                     "or AMX): slower than float32; `mxmixed info --probe` measures it")
 
 # what MXNet 1.9.1's bfloat16 ops need: oneDNN's avx512_core level (measured: with oneDNN capped
 # at AVX2 they fail with "could not create a primitive descriptor iterator"; capped at

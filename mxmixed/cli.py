@@ -113,12 +113,13 @@ def _check_bfloat16_args(args):
     if not args.keep_io_types:
         raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
                        "returns float32")
-    if args.validate > 0:
-        from ._state import bfloat16_support
-        runs, why = bfloat16_support()
-        if not runs:
-            raise CLIError("--validate runs the bfloat16 model, which cannot run here: %s "
-                           "(convert without --validate, validate where it runs)" % why)
+    from ._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+    runs, why = bfloat16_support()
+    if args.validate > 0 and not runs:
+        raise CLIError("--validate runs the bfloat16 model, which cannot run here: %s "
+                       "(convert without --validate, validate where it runs)" % why)
+    if runs and bfloat16_native() is None:
+        print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
 
 
 # ------------------------------------------------------------------ commands

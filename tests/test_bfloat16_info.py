@@ -40,3 +40,59 @@ def test_probe_times_both_dtypes_and_its_bfloat16_input_really_is_bfloat16(capsy
     out = capsys.readouterr().out
     assert "bfloat16 probe (medians of interleaved runs on this machine):" in out
     assert out.count("ms  speed-up") == 2
+
+
+EMULATED = CORE  # AVX-512 without AVX512-BF16 or AMX
+
+
+def test_amp_scope_says_in_one_line_that_emulated_bfloat16_is_slow(monkeypatch):
+    import mxmixed
+
+    monkeypatch.setattr(_state, "_cpu_flags", lambda: EMULATED)
+    with pytest.warns(UserWarning, match="emulated by oneDNN .*slower than float32") as got:
+        with mxmixed.amp_scope(target_dtype="bfloat16"):
+            pass
+    assert len(got) == 1 and "\n" not in str(got[0].message)
+
+
+def test_load_bfloat16_and_convert_say_it_where_bfloat16_is_emulated(monkeypatch, tmp_path,
+                                                                      capsys):
+    from mxnet import gluon
+
+    from mxmixed import symbolic
+
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.ones((1, 4)))
+    prefix = str(tmp_path / "m")
+    net.export(prefix)
+    monkeypatch.setattr(_state, "_cpu_flags", lambda: EMULATED)
+    assert cli.main(["convert", prefix, "0", "--out", prefix + "-bf16", "--dtype",
+                     "bfloat16"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "slower than float32" in err
+    with pytest.warns(UserWarning, match="slower than float32"):
+        symbolic.load_bfloat16(prefix + "-bf16", 0)
+
+
+def test_native_bfloat16_loads_without_a_warning(monkeypatch, tmp_path):
+    import warnings
+
+    from mxnet import gluon
+
+    from mxmixed import symbolic
+
+    net = gluon.nn.Dense(3)
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.ones((1, 4)))
+    prefix = str(tmp_path / "d")
+    net.export(prefix)
+    symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16").save(
+        prefix + "-bf16")
+    monkeypatch.setattr(_state, "_cpu_flags", lambda: CORE | {"avx512_bf16"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        symbolic.load_bfloat16(prefix + "-bf16", 0)

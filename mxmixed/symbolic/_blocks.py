@@ -5,6 +5,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
 import json
+import warnings
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from mxnet import gluon
 from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
 from .. import emulation
-from .._state import bfloat16_support
+from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._common import ConversionError, _FLOAT16, _last_line
 from ._conversion import convert
@@ -130,6 +131,8 @@ def load_bfloat16(prefix, epoch=0):
     runs, why = bfloat16_support()
     if not runs:
         raise ConversionError("cannot run a bfloat16 model here: %s" % why)
+    if bfloat16_native() is None:
+        warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     block = _symbol_block(sym, arg_params, aux_params, mx.cpu())
     if not block._mxmixed_bfloat16:
