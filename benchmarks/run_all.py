@@ -47,6 +47,8 @@ SUITES = [
      "gluoncv zoo: convert, validate (detections by IoU), search evaluations, onnx peer"),
     ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "3"], ["--rounds", "2", "--steps", "2"],
      "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
+    ("bfloat16", "bfloat16.py", [], ["--quick"],
+     "bfloat16 / float32 on this CPU: inference via mxmixed convert, training, digits accuracy"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
      "GPU images/s: float32 vs AMP vs cast('float16') + multi-precision (untested here)"),
 ]
@@ -70,6 +72,8 @@ HOW = {
     "ssd_step": "two persistent worker processes per comparison time blocks of steps in "
                 "alternation; ratio per round; median and min-max over the rounds; the time "
                 "split from one mx.profiler pass (aggregate stats, bulk execution off)",
+    "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
+                "ratio float32/bfloat16 per round; median and min-max over the rounds",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
                       "of steps in alternation per batch size; images/s and speed-up over "
                       "float32 per round; peak memory from nvidia-smi per process",
@@ -86,6 +90,21 @@ def _cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def _cpu_flags():
+    """The CPU flags the float16 emulation and bfloat16 speed depend on."""
+    wanted = ("f16c", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [f for f in wanted if f in have]
+    except OSError:
+        pass
+    return None
 
 
 def _memory_gb():
@@ -115,7 +134,7 @@ def machine_and_versions():
         "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
         "platform": platform.platform(), "gpus": info.get("gpus"),
         "mxnet_build": info.get("build"), "float16_gemm": info.get("float16_gemm"),
-        "load_average_at_start": load,
+        "load_average_at_start": load, "cpu_flags": _cpu_flags(),
     }
     versions = {"python": platform.python_version(), "mxmixed": info.get("mxmixed"),
                 "mxnet": info.get("mxnet"), "mxnet_features": info.get("features")}
@@ -208,8 +227,8 @@ def figures(suite, raw):
                                 scaled["ratio"], "x", absolute="%.2f ms vs %.2f ms" % (
                                     scaled["f16_ms"], scaled["f32_ms"]),
                                 forward_ratio=scaled.get("fwd_ratio")))
-    elif suite == "zoo":
-        out.extend(raw)  # zoo.py writes the common records itself
+    elif suite in ("zoo", "bfloat16"):
+        out.extend(raw)  # these scripts write the common records themselves
     elif suite == "memory":
         for r in raw:
             out.append(_fig(suite, r["workload"], "AMP bytes / float32 bytes", r["amp_ratio"],

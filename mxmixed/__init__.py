@@ -20,6 +20,7 @@ _SUBMODULES = ("checkpoint", "diagnostics", "distributed", "emulation", "optim",
                "symbolic", "training")
 # public name -> the module that defines it
 _HOMES = {
+    "bfloat16_support": "_state",
     "CheckpointError": "checkpoint",
     "emulated": "emulation", "emulation_active": "emulation",
     "master_weights": "optim", "multi_precision_trainer": "optim",
@@ -27,7 +28,7 @@ _HOMES = {
     "ConversionError": "symbolic", "ConversionReport": "symbolic", "ConvertedModel": "symbolic",
     "SearchResult": "symbolic", "ValidationReport": "symbolic", "convert": "symbolic",
     "convert_hybrid_block": "symbolic", "float16_softmax_symbol": "symbolic",
-    "load_float16": "symbolic", "multi_precision_optimizer": "symbolic",
+    "load_bfloat16": "symbolic", "load_float16": "symbolic", "multi_precision_optimizer": "symbolic",
     "multi_precision_params": "symbolic", "search_fp32_layers": "symbolic",
     "validate": "symbolic",
     "amp_initialized": "training", "amp_scope": "training", "clip_global_norm": "training",

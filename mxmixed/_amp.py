@@ -18,7 +18,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 
 from . import emulation
-from ._state import AMP, amp_initialized, bfloat16_support
+from ._state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
@@ -38,6 +38,8 @@ def _check_target(target_dtype):
             raise RuntimeError("target_dtype='bfloat16' cannot run here: %s (see `mxmixed "
                                "info`); use target_dtype='float16' (emulated on CPU, native on "
                                "a GPU)" % why)
+        if bfloat16_native() is None:
+            warnings.warn(BFLOAT16_EMULATED, stacklevel=3)
     if mx.util.is_np_array() or mx.util.is_np_shape():
         raise RuntimeError("NumPy mode (npx.set_np) is on: MXNet 1.9's AMP patches nothing "
                            "there and the net would silently stay float32; call "

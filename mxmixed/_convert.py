@@ -81,7 +81,7 @@ def amp_forced(sym, excluded=()):
 
 
 def _floating(dtype):
-    return dtype is not None and np.issubdtype(dtype, np.floating)
+    return graphs.is_floating(dtype)
 
 
 def _node_types(node, in_types, n_out):
@@ -131,9 +131,10 @@ def _output_counts(graph):
 class _Settler:
     """The state of one :func:`settle` walk: the new nodes, their dtypes and the casts made."""
 
-    def __init__(self, lp16):
+    def __init__(self, lp16, low=FLOAT16):
         self.nodes, self.types, self.casts, self.widened = [], {}, {}, []
         self.lp16 = lp16
+        self.low = low
 
     def add(self, node, out_types):
         self.nodes.append(node)
@@ -142,7 +143,7 @@ class _Settler:
         return len(self.nodes) - 1
 
     def cast(self, entry, dtype):
-        key = (entry, np.dtype(dtype).name)
+        key = (entry, graphs.dtype_name(dtype))
         if key not in self.casts:
             name = "%s_settle_%s" % (self.nodes[entry[0]]["name"], key[1])
             self.casts[key] = (self.add(graphs.cast_node(name, dtype, entry), [dtype]), 0)
@@ -151,22 +152,22 @@ class _Settler:
     def fit(self, node, entries, forced, n_out):
         """Entries (cast where needed) and output dtypes for ``node``; None if nothing fits."""
         if node["name"] in forced:
-            entries = [self.cast(e, FLOAT32) if self.types.get(e) == FLOAT16 else e
+            entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
                        for e in entries]
         outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None and node["name"] not in forced:
-            floats = {self.types[e].name for e in entries if _floating(self.types.get(e))}
+            floats = {graphs.dtype_name(self.types[e]) for e in entries if _floating(self.types.get(e))}
             if node["op"] in self.lp16:
-                entries = [self.cast(e, FLOAT16) if _floating(self.types.get(e))
-                           and self.types.get(e) != FLOAT16 else e for e in entries]
+                entries = [self.cast(e, self.low) if _floating(self.types.get(e))
+                           and self.types.get(e) != self.low else e for e in entries]
             else:
-                entries = [self.cast(e, FLOAT32) if self.types.get(e) == FLOAT16 else e
+                entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
                            for e in entries]
                 if len(floats) > 1:
                     self.widened.append(node["name"])
             outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None:
-            dtypes = sorted({self.types[e].name if self.types.get(e) is not None else "?"
+            dtypes = sorted({graphs.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
                              for e in entries})
             raise ConversionError("cannot give node %r (%s) inputs of one dtype (it gets %s)"
                                   % (node["name"], node["op"], ", ".join(dtypes)))
@@ -200,7 +201,8 @@ def settle(graph, forced, param_types, data_types, target="float16"):
     nodes = graph["nodes"]
     n_out = _output_counts(graph)
     fp32_params = _fp32_params(nodes, forced, param_types)
-    walk = _Settler(set(amp.list_lp16_ops(target)))
+    low = graphs.BFLOAT16 if target == "bfloat16" else FLOAT16
+    walk = _Settler(set(amp.list_lp16_ops(graphs.amp_list_key(target))), low)
     where = {}
     for i, node in enumerate(nodes):
         node = dict(node)

@@ -20,11 +20,31 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
 __all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
-           "cast_node", "pin_variable_dtypes", "last_line", "FLOAT16", "FLOAT32", "CAST_OPS",
+           "cast_node", "pin_variable_dtypes", "last_line", "dtype_name", "is_floating", "amp_list_key",
+           "FLOAT16", "FLOAT32", "BFLOAT16", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
 
 FLOAT16 = np.dtype(np.float16)
 FLOAT32 = np.dtype(np.float32)
+# MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16')
+BFLOAT16 = np.dtype(_DTYPE_MX_TO_NP[12])
+
+
+def dtype_name(dtype):
+    """The name of a dtype as MXNet spells it ('float16', 'bfloat16', ...)."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype == BFLOAT16 else dtype.name
+
+
+def amp_list_key(target):
+    """What MXNet's ``amp.list_*_ops`` accept for ``target``: the bfloat16 dtype, not its name."""
+    return BFLOAT16 if target == "bfloat16" else target
+
+
+def is_floating(dtype):
+    """Whether ``dtype`` is a floating type, bfloat16 included (None: False)."""
+    return dtype is not None and (np.dtype(dtype) == BFLOAT16
+                                  or np.issubdtype(np.dtype(dtype), np.floating))
 
 # ---------------------------------------------------------------- op-name lists
 # The casts that MXNet's AMP pass inserts.
@@ -261,12 +281,13 @@ def var_dtype(node, default=FLOAT32):
 
 def dtype_code(dtype):
     """MXNet's integer code of a dtype, as the string a ``__dtype__`` attribute holds."""
-    return str(_DTYPE_NP_TO_MX[np.dtype(dtype).type])
+    dtype = np.dtype(dtype)
+    return str(_DTYPE_NP_TO_MX[dtype] if dtype == BFLOAT16 else _DTYPE_NP_TO_MX[dtype.type])
 
 
 def cast_node(name, dtype, entry):
     """An ``amp_cast`` node dict reading ``entry`` (``[node, output, ...]``)."""
-    return {"op": "amp_cast", "name": name, "attrs": {"dtype": np.dtype(dtype).name},
+    return {"op": "amp_cast", "name": name, "attrs": {"dtype": dtype_name(dtype)},
             "inputs": [[entry[0], entry[1], 0]]}
 
 

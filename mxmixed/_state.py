@@ -10,7 +10,11 @@ Every layer asks here; nothing above this module keeps its own copy of these fac
 import mxnet as mx
 
 __all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
-           "bfloat16_support"]
+           "bfloat16_support", "bfloat16_native", "BFLOAT16_EMULATED"]
+
+#: The one line every bfloat16 entry point shows where oneDNN emulates bfloat16.
+BFLOAT16_EMULATED = ("bfloat16 runs emulated by oneDNN on this CPU (AVX-512 without AVX512-BF16 "
+                     "or AMX): slower than float32; `mxmixed info --probe` measures it")
 
 # what MXNet 1.9.1's bfloat16 ops need: oneDNN's avx512_core level (measured: with oneDNN capped
 # at AVX2 they fail with "could not create a primitive descriptor iterator"; capped at
@@ -105,6 +109,25 @@ def _cpu_flags():
                     return set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return None
+
+
+def bfloat16_native():
+    """The CPU instructions that run bfloat16 arithmetic natively here, or None.
+
+    Returns
+    -------
+    str or None
+        ``'AMX-BF16'`` (Sapphire Rapids and newer), ``'AVX512-BF16'`` (Cooper Lake, Zen 4 and
+        newer), or None: then oneDNN emulates bfloat16 with AVX-512 (slower than float32), or
+        it cannot run at all (see :func:`bfloat16_support`). None also when the CPU flags
+        cannot be read.
+    """
+    flags = _cpu_flags() or set()
+    if "amx_bf16" in flags:
+        return "AMX-BF16"
+    if "avx512_bf16" in flags:
+        return "AVX512-BF16"
     return None
 
 

@@ -29,7 +29,7 @@ any work. The input checkpoint is never overwritten.
 
 exit codes:
   0  converted (and, with --validate, within --tolerance) and written
-  1  validation failed: float16 outputs are non-finite or off by more than --tolerance;
+  1  validation failed: converted outputs are non-finite or off by more than --tolerance;
      nothing written (with --keep-failed the files are written, and the exit code is still 1)
   2  bad command line or input: options, checkpoint files, output location, or samples and a
      forward pass that would not fit in the available memory; nothing written
@@ -102,14 +102,36 @@ def _positive_float(text):
     return value
 
 
+# default --tolerance per target: float16 keeps 11 significant bits; bfloat16 keeps 8, so each
+# rounding is 8x coarser (unit roundoff 2**-9 against 2**-12). Measured: 0.004 on a
+# cifar_resnet20, 0.09-0.1 on an SSD (NMS picks other boxes among overlapping ones), against
+# errors near 1 for a broken conversion
+DEFAULT_TOLERANCE = {"float16": 0.01, "bfloat16": 0.1}
+
+
 def _dtype(text):
-    if text != "float16":
-        raise argparse.ArgumentTypeError(
-            "unsupported dtype %r: mxmixed converts to float16 only%s" % (text, (
-                "; MXNet's own amp.convert_model(target_dtype='bfloat16') does bfloat16 "
-                "(`mxmixed info` says whether this machine can run it)")
-                if text == "bfloat16" else ""))
+    if text not in DEFAULT_TOLERANCE:
+        raise argparse.ArgumentTypeError("unsupported dtype %r: float16 or bfloat16" % (text,))
     return text
+
+
+def _check_bfloat16_args(args):
+    """One line for what a bfloat16 conversion cannot do, before any work."""
+    if args.dtype != "bfloat16":
+        return
+    if args.search_tolerance is not None:
+        raise CLIError("--search-tolerance searches float16 layers only; with --dtype bfloat16 "
+                       "use --exclude / --exclude-op")
+    if not args.keep_io_types:
+        raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
+                       "returns float32")
+    from ._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+    runs, why = bfloat16_support()
+    if args.validate > 0 and not runs:
+        raise CLIError("--validate runs the bfloat16 model, which cannot run here: %s "
+                       "(convert without --validate, validate where it runs)" % why)
+    if runs and bfloat16_native() is None:
+        print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
 
 
 # ------------------------------------------------------------------ commands
@@ -122,6 +144,13 @@ def _subcommand(module):
 def _cmd_info(args):
     sysinfo = _subcommand("sysinfo")
     print(sysinfo.format_info(sysinfo.collect()))
+    if getattr(args, "probe", False):
+        try:
+            result = sysinfo.probe_bfloat16()
+        except RuntimeError as err:
+            raise CLIError(str(err)) from None
+        print()
+        print(sysinfo.format_probe(result))
     return EXIT_OK
 
 
@@ -174,8 +203,9 @@ def _samples(args, shape, mapped, count, strict):
 def _cmd_convert(args):
     import mxnet as mx
 
+    _check_bfloat16_args(args)
     symbolic = _subcommand("symbolic")
-    tolerance = args.tolerance or args.search_tolerance or 0.01
+    tolerance = args.tolerance or args.search_tolerance or DEFAULT_TOLERANCE[args.dtype]
     _check_convert_files(args, symbolic)
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
@@ -249,7 +279,8 @@ def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
         _say(search)
         return search.model
     model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
-                             batch_size=args.batch_size, progress=bars_wanted(), **settings)
+                             batch_size=args.batch_size, progress=bars_wanted(),
+                             target_dtype=args.dtype, **settings)
     print(model.report.format(verbose=args.verbose))
     sys.stdout.flush()
     return model
@@ -270,12 +301,13 @@ def _write_converted(args, model, check, tolerance, samples):
                 else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
         raise CLIError(
             "validation failed: max rel error %.3g > --tolerance %g, non-finite outputs %.1f%%%s; "
-            "%s%s; next: --search-tolerance %g finds layers to keep in float32"
+            "%s%s; next: %s"
             % (check.max_rel_error, tolerance, 100 * check.nonfinite_share, top1,
                "files kept (--keep-failed)" if args.keep_failed
                else "nothing written (--keep-failed writes anyway)",
                _first_overflow(model, samples, args),
-               tolerance),
+               "--search-tolerance %g finds layers to keep in float32" % tolerance
+               if args.dtype == "float16" else "--exclude layers to keep in float32"),
             EXIT_VALIDATION_FAILED)
     return EXIT_OK
 
@@ -301,7 +333,8 @@ def _first_overflow(model, samples, args):
 
 def _cmd_run(args):
     return _subcommand("run").run_script(args.script, args.args, report=args.report,
-                                         emulation=not args.no_emulation)
+                                         emulation=not args.no_emulation,
+                                         amp=getattr(args, "amp", None))
 
 
 # ------------------------------------------------------------------ parser
@@ -319,6 +352,9 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="MXNet build, GPUs, float16 and bfloat16 support and "
                                        "pinned versions")
+    info.add_argument("--probe", action="store_true",
+                      help="also time a float32 and a bfloat16 GEMM and convolution here "
+                           "(a few seconds) and print the bfloat16 speed-up")
     info.set_defaults(func=_cmd_info)
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")
@@ -330,13 +366,15 @@ def build_parser():
                       help="results folder, created if missing (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
     conv = sub.add_parser(
-        "convert", help="convert a float32 Symbol checkpoint to float16, with a report",
+        "convert", help="convert a float32 Symbol checkpoint to float16 (or bfloat16), with "
+                        "a report",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONVERT_EPILOG,
         description="Convert PREFIX-symbol.json and PREFIX-EPOCH.params (float32, from the "
                     "Module API or a Gluon export) to float16 mixed precision. Writes "
                     "OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params (both or neither) and "
                     "prints what changed. Optional params are stored in float16 (MXNet's "
-                    "default keeps them float32).")
+                    "default keeps them float32). --dtype bfloat16 converts for CPU serving "
+                    "instead (see docs/bfloat16.md).")
     conv.add_argument("prefix", metavar="PREFIX", help="input checkpoint prefix")
     conv.add_argument("epoch", metavar="EPOCH", type=_int_at_least(0),
                       help="epoch number of the params file")
@@ -350,21 +388,26 @@ def build_parser():
                       help="keep inputs and outputs float32 (default: yes)")
     conv.add_argument("--keep-optional-params-float32", action="store_true",
                       help="MXNet's default: keep params float32 where float16 is optional")
-    conv.add_argument("--dtype", default="float16", type=_dtype, choices=["float16"],
-                      help="target dtype (float16 only)")
+    conv.add_argument("--dtype", default="float16", type=_dtype,
+                      choices=sorted(DEFAULT_TOLERANCE),
+                      help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
+                           "serving through oneDNN, fast with AVX512-BF16 or AMX; load with "
+                           "mxmixed.load_bfloat16). Default float16")
     conv.add_argument("--validate", type=_int_at_least(0), default=0, metavar="N",
-                      help="compare float16 with float32 on N samples; fail (exit 1) beyond "
-                           "--tolerance")
+                      help="compare the converted model with float32 on N samples; fail "
+                           "(exit 1) beyond --tolerance")
     conv.add_argument("--tolerance", type=_positive_float, default=None, metavar="T",
                       help="largest max|y16-y32|/max|y32| that --validate accepts (default: "
-                           "--search-tolerance if given, else 0.01)")
+                           "--search-tolerance if given, else 0.01 for float16 and 0.1 for "
+                           "bfloat16, whose 8-bit significand rounds 8x coarser)")
     conv.add_argument("--keep-failed", action="store_true",
                       help="write the converted files even when the validation fails")
     conv.add_argument("--verbose", action="store_true",
                       help="name every layer kept in float32 (by default: counts per reason and "
                            "the first three names)")
     conv.add_argument("--search-tolerance", type=_positive_float, default=None, metavar="T",
-                      help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T")
+                      help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T "
+                           "(float16 only)")
     samples = conv.add_mutually_exclusive_group()
     samples.add_argument("--inputs", metavar="FILE.npy",
                          help="samples (N, ...) for --validate and the search")
@@ -385,6 +428,10 @@ def build_parser():
                           "steps, the first non-finite gradient, step times")
     run.add_argument("--no-emulation", action="store_true",
                      help="run as plain MXNet, as a baseline")
+    run.add_argument("--amp", choices=["bfloat16"], default=None,
+                     help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
+                          "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
+                          "print the median step time")
     run.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments (all of them, options included)")

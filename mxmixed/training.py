@@ -46,12 +46,18 @@ def _make_scaler(scaler):
     if isinstance(scaler, LossScaler):
         return scaler
     if isinstance(scaler, str):
+        if scaler == "auto":
+            # bfloat16 has float32's 8 exponent bits: gradients that underflow float16 (below
+            # 6e-8) stay representable down to 1e-38, so there is nothing for a scale to rescue
+            return LossScaler.static(1.0) if amp_target() == "bfloat16" else LossScaler()
         if scaler != "dynamic":
-            raise ValueError("scaler must be 'dynamic', a number or a LossScaler, got %r" % scaler)
+            raise ValueError("scaler must be 'auto', 'dynamic', a number or a LossScaler, got %r"
+                             % scaler)
         return LossScaler()
     if isinstance(scaler, (int, float, np.floating, np.integer)) and not isinstance(scaler, bool):
         return LossScaler.static(scaler)
-    raise TypeError("scaler must be 'dynamic', a number or a LossScaler, got %r" % (scaler,))
+    raise TypeError("scaler must be 'auto', 'dynamic', a number or a LossScaler, got %r"
+                    % (scaler,))
 
 
 def _check_not_linked(trainer, replace):
@@ -84,7 +90,7 @@ def _warn_precision(trainer):
                       "is visible) before building the net" % EMULATION_HINT, stacklevel=3)
 
 
-def init_trainer(trainer, scaler="dynamic", replace=False):
+def init_trainer(trainer, scaler="auto", replace=False):
     """Attach a loss scaler to a Gluon Trainer and make it safe for mixed precision.
 
     Works after :func:`init` / :func:`amp_scope` (AMP) and for ``net.cast('float16')`` nets
@@ -95,8 +101,11 @@ def init_trainer(trainer, scaler="dynamic", replace=False):
     ----------
     trainer : mxnet.gluon.Trainer
         The trainer; not an Optimizer.
-    scaler : {'dynamic'} or float or LossScaler, default 'dynamic'
-        Dynamic scaling with MXNet's constants, a static scale (e.g. 128), or your own scaler.
+    scaler : {'auto', 'dynamic'} or float or LossScaler, default 'auto'
+        ``'auto'``: dynamic scaling for float16, none (a static scale of 1) for bfloat16,
+        whose exponent range is float32's, so small gradients do not underflow.
+        ``'dynamic'``: dynamic scaling with MXNet's constants; a number: a static scale
+        (e.g. 128); or your own scaler.
     replace : bool, default False
         Replace a scaler attached before (by this function or ``amp.init_trainer``). Without
         it a second call raises, because it would silently reset the scale.

@@ -293,7 +293,9 @@ def test_unreadable_params_file_is_a_one_line_error(checkpoint, tmp_path, capsys
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--dtype", "bfloat16"], "unsupported dtype 'bfloat16'"),
+    (["--dtype", "bfloat16", "--search-tolerance", "0.1", "--input-shape", "1,8,8"],
+     "--search-tolerance searches float16 layers only"),
+    (["--dtype", "bfloat16", "--no-keep-io-types"], "--no-keep-io-types is for float16 only"),
     (["--dtype", "int8"], "unsupported dtype 'int8'"),
     (["--exclude", "digits_outpt_fwd"], "no layer named 'digits_outpt_fwd'"),
     (["--exclude-op", "Convolutionn"], "unknown operator 'Convolutionn'"),

@@ -347,10 +347,10 @@ def test_unknown_op_name_is_an_error(resnet18):
                          exclude_ops=["FullyConected"])
 
 
-def test_bfloat16_target_is_refused(resnet18):
-    with pytest.raises(ConversionError, match="bfloat16"):
+def test_target_other_than_float16_or_bfloat16_is_refused(resnet18):
+    with pytest.raises(ConversionError, match="unsupported target dtype 'float64'"):
         symbolic.convert(resnet18["sym"], resnet18["args"], resnet18["auxs"],
-                         target_dtype="bfloat16")
+                         target_dtype="float64")
 
 
 def test_converting_a_converted_graph_is_refused(resnet18_fp16):

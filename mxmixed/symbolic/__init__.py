@@ -17,6 +17,7 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
 * :func:`load_checkpoint` / :func:`save_checkpoint`: checked loading, and saving that writes
   both files or neither;
 * :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;
+* :func:`load_bfloat16`: a checkpoint converted to bfloat16 as a fast CPU ``SymbolBlock``;
 * :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU.
 
 On a CPU the float16 graphs run through the emulation graph pass
@@ -28,7 +29,7 @@ On a CPU the float16 graphs run through the emulation graph pass
    converted graph saved that way feeds float32 data into float16 weights and no longer
    loads. This module always saves with ``remove_amp_cast=False``.
 """
-from ._blocks import convert_hybrid_block, load_float16
+from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)
 from ._common import ConversionError
@@ -47,4 +48,5 @@ __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params"
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
            "checkpoint_paths", "data_inputs",
            "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
-           "search_fp32_layers", "SearchResult", "load_float16", "convert_hybrid_block"]
+           "search_fp32_layers", "SearchResult", "load_float16", "load_bfloat16",
+           "convert_hybrid_block"]

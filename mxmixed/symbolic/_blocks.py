@@ -5,6 +5,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
 import json
+import warnings
 
 import numpy as np
 
@@ -13,12 +14,13 @@ from mxnet import gluon
 from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
 from .. import emulation
+from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._common import ConversionError, _FLOAT16, _last_line
 from ._conversion import convert
 from ._graph import _default_ctx, _graph, _is_cpu, _symbol_block, _var_dtype
 
-__all__ = ["load_float16", "convert_hybrid_block"]
+__all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
 
 # ------------------------------------------------------------------ loading and Gluon blocks
@@ -71,6 +73,71 @@ def load_float16(prefix, epoch=0, ctx=None):
     """
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     return _symbol_block(sym, arg_params, aux_params, _default_ctx(ctx))
+
+
+def load_bfloat16(prefix, epoch=0):
+    """Load a checkpoint converted to bfloat16 as a fast ``SymbolBlock`` for CPU inference.
+
+    The pair is checked (params against graph, a bfloat16 graph), each param gets its stored
+    dtype (a plain ``SymbolBlock.imports`` of a pair from MXNet's own ``amp.convert_model``
+    can fail type inference: "This layer requires uniform type"), the graph stays as it is
+    (oneDNN runs the bfloat16 ops; no float16 emulation) and the block is hybridized with
+    ``static_alloc=True, static_shape=True``. Module API loss outputs are replaced by their
+    inference form.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix of ``prefix-symbol.json`` and ``prefix-%04d.params``, as written by
+        ``mxmixed convert --dtype bfloat16`` or ``convert(..., target_dtype='bfloat16').save``.
+    epoch : int, default 0
+        The epoch number of the params file.
+
+    Returns
+    -------
+    mxnet.gluon.SymbolBlock
+        On the CPU; call it with float32 data, it returns float32.
+
+    Raises
+    ------
+    ConversionError
+        When the checkpoint holds no bfloat16 graph, or this machine cannot run bfloat16
+        (no oneDNN, or a CPU without AVX-512; see :func:`mxmixed.bfloat16_support`).
+
+    .. note::
+       Without AVX512-BF16 (or AMX) oneDNN emulates the bfloat16 arithmetic and the block
+       is slower than float32; ``mxmixed info --probe`` measures it.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from mxmixed import symbolic, bfloat16_support
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> model = symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16")
+    >>> _ = model.save(prefix + "-bf16", 0)
+    >>> if bfloat16_support()[0]:
+    ...     out = symbolic.load_bfloat16(prefix + "-bf16", 0)(mx.nd.ones((2, 64)))
+    ...     assert out.shape == (2, 10) and out.dtype == np.float32
+    """
+    runs, why = bfloat16_support()
+    if not runs:
+        raise ConversionError("cannot run a bfloat16 model here: %s" % why)
+    if bfloat16_native() is None:
+        warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
+    sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
+    block = _symbol_block(sym, arg_params, aux_params, mx.cpu())
+    if not block._mxmixed_bfloat16:
+        raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
+                              "params): load a float16 one with load_float16" % prefix)
+    return block
 
 
 def _deferred(block):

@@ -13,8 +13,9 @@ import mxnet as mx
 
 from .. import _graph as graphs
 from .._io import atomic_write_group
+from .._graph import dtype_name
 from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
-from ._common import ConversionError, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
+from ._common import ConversionError, _BFLOAT16, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
 
@@ -198,13 +199,13 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
             parts.append("%d parameter(s) of the symbol missing (e.g. %r)"
                          % (len(absent), absent[0]))
         raise ConversionError("%s do not match the symbol: %s" % (source, "; ".join(parts)))
-    allowed = (_FLOAT32, _FLOAT16) if allow_float16 else (_FLOAT32,)
+    allowed = (_FLOAT32, _FLOAT16, _BFLOAT16) if allow_float16 else (_FLOAT32,)
     for name, value in list(arg_params.items()) + list(aux_params.items()):
         if np.dtype(value.dtype) not in allowed:
             raise ConversionError("%s hold %r as %s, an unsupported dtype: only %s "
                                   "checkpoints can be converted"
-                                  % (source, name, np.dtype(value.dtype).name,
-                                     " or ".join(d.name for d in allowed)))
+                                  % (source, name, dtype_name(value.dtype),
+                                     " or ".join(dtype_name(d) for d in allowed)))
         declared = attrs.get(name, {}).get("__shape__")
         shape = _shape_attr(declared) if declared else None
         if shape is not None and (len(shape) != len(value.shape) or any(

@@ -6,6 +6,7 @@ the rest is private to the package.
 from .._convert import ConversionError
 from .._graph import BATCHNORM_OPS as _BATCHNORM_OPS
 from .._graph import CAST_OPS as _CAST_OPS
+from .._graph import BFLOAT16 as _BFLOAT16
 from .._graph import FLOAT16 as _FLOAT16
 from .._graph import FLOAT32 as _FLOAT32
 from .._graph import LOSS_OUTPUT_OPS as _LOSS_OUTPUTS

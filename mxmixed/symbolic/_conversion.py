@@ -14,7 +14,7 @@ import numpy as np
 import mxnet as mx
 
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._common import ConversionError, _CAST_OPS, _FLOAT16, _FLOAT32
+from ._common import ConversionError, _BFLOAT16, _CAST_OPS, _FLOAT16, _FLOAT32
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
                      _known_types, _symbol_block)
 from ._probe import _probe, _underflow_layers, _underflow_note
@@ -58,7 +58,7 @@ class ConvertedModel:
         return save_checkpoint(prefix, epoch, self.symbol, self.arg_params, self.aux_params)
 
     def to_block(self, ctx=None):
-        """The model as a ``SymbolBlock`` for inference (emulated on a CPU).
+        """The model as a ``SymbolBlock`` for inference (float16 emulated on a CPU).
 
         Parameters
         ----------
@@ -77,12 +77,9 @@ class ConvertedModel:
 
 def _check_target(target_dtype):
     name = str(target_dtype)
-    if name == "float16":
+    if name in ("float16", "bfloat16"):
         return name
-    if name == "bfloat16":
-        raise ConversionError("target dtype bfloat16 is not supported: MXNet's bfloat16 AMP "
-                              "needs AVX512-BF16 and mxmixed emulates float16 only")
-    raise ConversionError("unsupported target dtype %r: only float16 is supported" % (name,))
+    raise ConversionError("unsupported target dtype %r: float16 or bfloat16" % (name,))
 
 
 def _closest(name, choices):
@@ -118,8 +115,9 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
         The float32 graph.
     arg_params, aux_params : dict of str to mxnet.nd.NDArray
         Its params; float16 ones (a partly cast model) are taken back to float32 first.
-    target_dtype : str, default 'float16'
-        Only float16 is supported.
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+        bfloat16 is for CPUs: MXNet runs it through oneDNN, fast with AVX512-BF16 or AMX
+        (see :func:`mxmixed.bfloat16_support`); load the result with :func:`load_bfloat16`.
     exclude_layers : sequence of str
         Node names to keep in float32 (``excluded_sym_names``).
     exclude_ops : sequence of str
@@ -196,15 +194,19 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
     """
     start = time.perf_counter()
     target = _check_target(target_dtype)
+    if target == "bfloat16" and not keep_io_types:
+        raise ConversionError("keep_io_types=False is for float16 only: a bfloat16 model "
+                              "takes and returns float32")
     _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclude_ops,
                              searched_layers)
     before_graph = _graph(sym)
     nodes = before_graph["nodes"]
     reasons = _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
                                keep_detection_float32)
-    arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+    low = (_FLOAT16, _BFLOAT16)
+    arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in arg_params.items()}
-    aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) == _FLOAT16 else v)
+    aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
     notes = []
@@ -228,7 +230,10 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
                      + ", ".join(detection))
     report.seconds = time.perf_counter() - start
     outputs = None
-    if calibration is not None:
+    if calibration is not None and target == "bfloat16":
+        notes.append("no underflow check for bfloat16: it has float32's exponent range, so "
+                     "values that are tiny in float32 stay normal in bfloat16")
+    elif calibration is not None:
         start = time.perf_counter()
         outputs = _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress,
                              notes)

@@ -36,15 +36,16 @@ def _compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
     for src, out, _ in node["inputs"]:
         dtype = dtypes.get((src, out))
-        if dtype is not None and np.issubdtype(dtype, np.floating):
+        if graphs.is_floating(dtype):
             return dtype
     return None
 
 
 def _is_fp32_listed(node, target):
-    if node["op"] in amp.list_fp32_ops(target):
+    key = graphs.amp_list_key(target)
+    if node["op"] in amp.list_fp32_ops(key):
         return True
-    for op, attr, values in amp.list_conditional_fp32_ops(target):
+    for op, attr, values in amp.list_conditional_fp32_ops(key):
         if node["op"] == op and node.get("attrs", {}).get(attr) in values:
             return True
     return False
@@ -199,8 +200,19 @@ def _is_cpu(ctx):
     return ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared")
 
 
+def _is_bfloat16_graph(graph, types):
+    """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
+    return (any(t == graphs.BFLOAT16 for t in types.values())
+            or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
+                   for n in graph["nodes"]))
+
+
 def _symbol_block(sym, arg_params, aux_params, ctx):
-    """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph."""
+    """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph.
+
+    A bfloat16 graph is left as it is (oneDNN runs it on the CPU) and the block is hybridized
+    with static memory, the fast path of MXNet's CachedOp.
+    """
     params = dict(arg_params)
     params.update(aux_params)
     sym = _inference_graph(sym)
@@ -210,9 +222,10 @@ def _symbol_block(sym, arg_params, aux_params, ctx):
     data_types = {n: _var_dtype(var_nodes[n]) for n in data_names}
     types = {n: np.dtype(v.dtype) for n, v in params.items()}
     types.update(data_types)
+    bfloat16 = _is_bfloat16_graph(graph, types)
     try:
         sym.infer_type_partial(**types)
-        if _is_cpu(ctx):
+        if _is_cpu(ctx) and not bfloat16:
             sym = emulate_symbol(sym, types)
     except (TypeError, mx.base.MXNetError) as err:
         raise ConversionError(
@@ -233,4 +246,7 @@ def _symbol_block(sym, arg_params, aux_params, ctx):
     except (AssertionError, mx.base.MXNetError) as err:
         raise ConversionError("the params do not fit the graph: %s" % _last_line(err)) from None
     block._mxmixed_input_dtypes = data_types
+    if bfloat16:
+        block.hybridize(static_alloc=True, static_shape=True)
+    block._mxmixed_bfloat16 = bfloat16
     return block

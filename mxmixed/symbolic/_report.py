@@ -8,6 +8,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from .._graph import dtype_name
 from ._common import _CAST_OPS, _FLOAT32
 from ._graph import (_compute_dtype, _entry_dtypes, _graph, _is_fp32_listed, _known_types,
                      _var_dtype)
@@ -28,7 +29,8 @@ def _bytes_by_dtype(*dicts):
     for params in dicts:
         for value in params.values():
             dtype = np.dtype(value.dtype)
-            out[dtype.name] = out.get(dtype.name, 0) + int(np.prod(value.shape)) * dtype.itemsize
+            name = dtype_name(dtype)
+            out[name] = out.get(name, 0) + int(np.prod(value.shape)) * dtype.itemsize
     return out
 
 
@@ -98,13 +100,15 @@ class ConversionReport:
 
     def count(self, op, dtype):
         """Number of ``op`` nodes computing in ``dtype`` (int)."""
-        return self.ops.get(op, {}).get(np.dtype(dtype).name, 0)
+        name = dtype if dtype == "bfloat16" else dtype_name(dtype)
+        return self.ops.get(op, {}).get(name, 0)
 
     def __str__(self):
         return self.format()
 
     def verdict(self):
-        """The report's first line: what computes in float16, the size, what stayed float32."""
+        """The report's first line: what computes in the target dtype, the size, what stayed
+        float32."""
         computing = sum(sum(c.values()) for c in self.ops.values())
         low = sum(c.get(self.target_dtype, 0) for c in self.ops.values())
         kept = self._kept_by_reason()
@@ -112,10 +116,10 @@ class ConversionReport:
         timing = "%.2f s" % self.seconds
         if self.calibration_seconds:
             timing += ", calibration %.2f s" % self.calibration_seconds
-        return ("Float16 conversion report: %d of %d layers compute in %s; params %s -> %s "
+        return ("%s conversion report: %d of %d layers compute in %s; params %s -> %s "
                 "(%.1f%%); %d kept float32%s (%s)"
-                % (low, computing, self.target_dtype, _format_bytes(self.bytes_before),
-                   _format_bytes(self.bytes_after), 100.0 * self.size_ratio,
+                % (self.target_dtype.capitalize(), low, computing, self.target_dtype,
+                   _format_bytes(self.bytes_before), _format_bytes(self.bytes_after), 100.0 * self.size_ratio,
                    len(self.fp32_layers), ": " + why if why else "", timing))
 
     def _kept_by_reason(self):
@@ -137,8 +141,8 @@ class ConversionReport:
         str
         """
         dtypes = sorted({d for counts in self.ops.values() for d in counts},
-                        key=lambda d: (d not in ("float16", "float32"), d))
-        for d in ("float32", "float16"):
+                        key=lambda d: (d not in (self.target_dtype, "float32"), d))
+        for d in ("float32", self.target_dtype):
             if d not in dtypes:
                 dtypes.insert(0, d)
         width = max([len("operator")] + [len(op) for op in self.ops])
@@ -195,8 +199,8 @@ def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_afte
         if node["op"] == "null" or node["op"] in _CAST_OPS:
             continue
         dtype = _compute_dtype(node, dtypes)
-        name = dtype.name if dtype is not None else "other"
-        counts = ops.setdefault(node["op"], {"float16": 0, "float32": 0})
+        name = dtype_name(dtype) if dtype is not None else "other"
+        counts = ops.setdefault(node["op"], {target: 0, "float32": 0})
         counts[name] = counts.get(name, 0) + 1
         layer_dtypes[node["name"]] = name
         if dtype == _FLOAT32:
@@ -209,11 +213,11 @@ def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_afte
     outputs = {}
     for name, (src, out, _) in zip(sym.list_outputs(), graph["heads"]):
         dtype = dtypes.get((src, out))
-        outputs[name] = dtype.name if dtype is not None else "unknown"
+        outputs[name] = dtype_name(dtype) if dtype is not None else "unknown"
     return ConversionReport(
         target_dtype=target, ops=ops, casts_inserted=casts_after - casts_before,
         param_bytes_before=_bytes_by_dtype(arg_before, aux_before),
         param_bytes_after=_bytes_by_dtype(arg_after, aux_after), fp32_layers=fp32_layers,
-        input_dtypes={n: t.name for n, t in data_types.items()}, output_dtypes=outputs,
+        input_dtypes={n: dtype_name(t) for n, t in data_types.items()}, output_dtypes=outputs,
         keep_io_types=settings["keep_io_types"],
         cast_optional_params=settings["cast_optional_params"], layer_dtypes=layer_dtypes)

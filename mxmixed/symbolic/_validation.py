@@ -72,7 +72,8 @@ class _Runner:
 
     def __call__(self, batch):
         X = mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)
-        scope = emulation.emulated() if _is_cpu(self.ctx) else contextlib.nullcontext()
+        emulate = _is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
+        scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
             out = self.block(X)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -128,6 +129,8 @@ class ValidationReport:
         Why the comparison cannot tell a good conversion from a bad one, when it cannot: the
         float32 outputs are the same for every sample, or constant (an untrained detector
         whose every box is an anchor). None when the check means something.
+    target_dtype : str
+        'float16', or 'bfloat16' when the reduced-precision model computes in bfloat16.
     """
 
     samples: int
@@ -139,6 +142,7 @@ class ValidationReport:
     seconds: float
     checks: List[OutputCheck] = field(default_factory=list)
     inconclusive: Optional[str] = None
+    target_dtype: str = "float16"
 
     @property
     def error(self):
@@ -174,7 +178,7 @@ class ValidationReport:
                 check.error, check.rule, ("  " + check.detail) if check.detail else "")))
         if self.inconclusive:
             rows.insert(0, ("INCONCLUSIVE", self.inconclusive))
-        return "Validation: float16 against float32\n" + "\n".join(
+        return ("Validation: %s against float32\n" % self.target_dtype) + "\n".join(
             "  %-19s %s" % row for row in rows)
 
 
@@ -196,7 +200,9 @@ def _compare(ref, got, rule="auto"):
     return abs_err, max((c.error for c in checks), default=0.0), nonfinite, top1
 
 
-def _device_text(ctx):
+def _device_text(ctx, target="float16"):
+    if target == "bfloat16":
+        return "%s (bfloat16 through oneDNN)" % (ctx,)
     return "%s (float16 %s)" % (ctx, "emulated" if _is_cpu(ctx) else "native")
 
 
@@ -276,12 +282,15 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
                                   % (sorted({len(r) for r in ref}),
                                      sum(len(b) for b in batches)))
-    got = _run(_Runner(fp16_model, ctx, input_dtype), batches, progress, "validate float16")
+    runner = _Runner(fp16_model, ctx, input_dtype)
+    target = "bfloat16" if getattr(runner.block, "_mxmixed_bfloat16", False) else "float16"
+    got = _run(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
-                            device=_device_text(ctx), seconds=time.perf_counter() - start,
-                            checks=checks, inconclusive=_degenerate(ref))
+                            device=_device_text(ctx, target),
+                            seconds=time.perf_counter() - start, checks=checks,
+                            target_dtype=target, inconclusive=_degenerate(ref))

@@ -164,10 +164,11 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
 
     Parameters
     ----------
-    precision : {'float32', 'amp', 'float16'}
+    precision : {'float32', 'amp', 'float16', 'bfloat16'}
         ``'amp'``: ``mxnet.contrib.amp`` through mxmixed, float32 params, dynamic scaling by
-        default. ``'float16'``: ``net.cast('float16')``, multi-precision SGD (float32 master
-        weights), static scale 128 by default.
+        default. ``'bfloat16'``: the same with ``target_dtype='bfloat16'`` (oneDNN, CPUs
+        with AVX-512), no loss scaling by default. ``'float16'``: ``net.cast('float16')``,
+        multi-precision SGD (float32 master weights), static scale 128 by default.
     build_net : callable
         Returns a fresh initialized network; called inside the precision's scope.
     loaders : tuple of DataLoader
@@ -193,8 +194,9 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
         ``precision``, ``accuracy``, ``losses`` (per step), ``scales`` (per step, None in
         float32), ``skipped`` (count), ``param_bytes``, ``net`` and ``trainer``.
     """
-    if precision not in PRECISIONS:
-        raise ValueError("precision must be one of %s, got %r" % (PRECISIONS, precision))
+    if precision not in PRECISIONS + ("bfloat16",):
+        raise ValueError("precision must be one of %s, got %r"
+                         % (PRECISIONS + ("bfloat16",), precision))
     if epochs < 1:
         raise ValueError("epochs must be at least 1, got %r" % (epochs,))
     ctx = ctx or mx.cpu()
@@ -204,7 +206,9 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
     optimizer_params = {"learning_rate": learning_rate, "momentum": momentum}
     losses, scales = [], []
     emulate = emulation.emulated("auto") if precision == "float16" else contextlib.nullcontext()
-    with emulate, amp_scope(enabled=precision == "amp"):
+    amp_on = precision in ("amp", "bfloat16")
+    target = "bfloat16" if precision == "bfloat16" else "float16"
+    with emulate, amp_scope(enabled=amp_on, target_dtype=target):
         net = build_net()
         if precision == "float16":
             net.cast("float16")
@@ -214,8 +218,9 @@ def train_precision(precision, build_net, loaders, epochs=3, learning_rate=0.1, 
         else:
             trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params,
                                     kvstore=kvstore, update_on_kvstore=False)
-            loss_scaler = (init_trainer(trainer, "dynamic" if scaler is None else scaler)
-                           if precision == "amp" else None)
+            default = "auto" if precision == "bfloat16" else "dynamic"
+            loss_scaler = (init_trainer(trainer, default if scaler is None else scaler)
+                           if amp_on else None)
         if hybridize:
             net.hybridize()
         bar = progress_bar(total=epochs * len(train_loader), desc=precision, leave=False,

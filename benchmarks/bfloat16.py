@@ -1,0 +1,302 @@
+"""bfloat16 against float32 on this CPU, side by side in one process: inference, training,
+accuracy.
+
+Every speed figure is a ratio float32 time / bfloat16 time (a speed-up: above 1 is faster in
+bfloat16), taken per round with the two variants timed in alternation, block after block, in
+one process; the median and the min-max over the rounds are reported. The machines are shared,
+so absolute times drift; the ratios of neighbouring blocks do not drift as much.
+
+* probe: ``mxmixed.sysinfo.probe_bfloat16`` (a GEMM and a 3x3 convolution);
+* inference through ``mxmixed convert --dtype bfloat16`` and ``mxmixed.load_bfloat16``:
+  gluoncv ``resnet50_v1`` at batch 16 (224 px) and ``ssd_512_mobilenet1.0_voc`` at batch 4
+  (512 px), random fan-in init; float32 is the exported pair in a ``SymbolBlock`` with
+  static memory and oneDNN's subgraph backend (``optimize_for(backend='MKLDNN')``, MXNet's
+  best float32 CPU setting). Goal for ResNet-50 on AVX512-BF16: >= 1.7x;
+* training: one SGD-momentum step (forward, backward, update) of ``resnet50_v1`` at batch 16,
+  224 px, and of ``cifar_resnet20_v1`` at batch 64, with ``mxmixed.amp_scope(target_dtype=
+  'bfloat16')`` and no loss scaling against float32. Goal for ResNet-50: >= 1.5x;
+* accuracy: the digits CNN, 4 epochs, float32 and bfloat16 (``train_precision``), seeds 0-2.
+
+The CPU model, its bfloat16-related flags and how bfloat16 runs here are recorded. Where
+bfloat16 cannot run, the script records that reason and measures nothing.
+
+Usage: ``python benchmarks/bfloat16.py [--quick] [--json PATH]``
+"""
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+GOALS = {"resnet50_v1 inference": 1.7, "resnet50_v1 training": 1.5}
+FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
+         "amx_tile", "amx_bf16", "amx_int8")
+HOW = ("one process; float32 and bfloat16 timed in alternating blocks per round (after a "
+       "warm-up); ratio float32/bfloat16 per round; median and min-max over the rounds; "
+       "shared 2-core machine")
+
+
+def cpu_facts():
+    from mxmixed import _state
+    from mxmixed import sysinfo
+
+    flags = _state._cpu_flags() or set()
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(),
+            "flags": sorted(f for f in FLAGS if f in flags),
+            "bfloat16": sysinfo.collect()["bfloat16"]}
+
+
+def _rec(workload, figure, value, unit, spread=None, absolute="", **extra):
+    out = {"suite": "bfloat16", "workload": workload, "figure": figure, "value": value,
+           "unit": unit, "spread": spread, "absolute": absolute, "how": HOW}
+    out.update(extra)
+    return out
+
+
+def interleaved(base, variant, rounds, block):
+    """Time ``block`` calls of each callable per round, alternating; ratios base/variant."""
+    ratios, times = [], ([], [])
+    for _ in range(rounds):
+        for func, spent in ((base, times[0]), (variant, times[1])):
+            start = time.perf_counter()
+            for _ in range(block):
+                func()
+            spent.append((time.perf_counter() - start) / block)
+        ratios.append(times[0][-1] / times[1][-1])
+    return (statistics.median(ratios), min(ratios), max(ratios),
+            statistics.median(times[0]), statistics.median(times[1]))
+
+
+def _fan_in_init(net, x):
+    """Scale-preserving random init (nothing downloads), identity BatchNorm, zero biases."""
+    import mxnet as mx
+    import numpy as np
+
+    net.initialize()
+    net(x)
+    rng = np.random.RandomState(0)
+    for name, param in net.collect_params().items():
+        if name.endswith("weight") and len(param.shape) >= 2:
+            fan_in = int(np.prod(param.shape[1:]))
+            param.set_data(mx.nd.array(rng.normal(0, np.sqrt(2.0 / fan_in), size=param.shape)))
+        elif name.endswith(("gamma", "moving_var", "running_var")):
+            param.set_data(mx.nd.ones(param.shape))
+        elif name.endswith(("beta", "moving_mean", "running_mean", "bias")):
+            param.set_data(mx.nd.zeros(param.shape))
+
+
+def inference(model, batch, size, folder, rounds, **kwargs):
+    """Export, ``mxmixed convert --dtype bfloat16 --validate``, load both, time side by side."""
+    import mxnet as mx
+    import numpy as np
+    from gluoncv.model_zoo import get_model
+    from mxnet import gluon
+
+    from mxmixed import cli, symbolic
+
+    with mx.name.NameManager():
+        net = get_model(model, pretrained=False, **kwargs)
+    x = mx.nd.array(np.random.RandomState(0).uniform(size=(batch, 3, size, size)))
+    _fan_in_init(net, x[:1])
+    net.hybridize()
+    net(x[:1])
+    prefix = os.path.join(folder, model)
+    net.export(prefix)
+    np.save(prefix + "-x.npy", x.asnumpy()[:4])
+    start = time.perf_counter()
+    # --keep-failed: a detector with random weights can fail the match of its detections
+    # (NMS picks another of two near-equal boxes); the exit code is recorded, the speed is
+    # measured all the same
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["convert", prefix, "0", "--out", prefix + "-bf16", "--dtype", "bfloat16",
+                         "--validate", "4", "--inputs", prefix + "-x.npy", "--batch-size",
+                         "2", "--keep-failed"])
+    convert_s = time.perf_counter() - start
+    if code not in (0, 1):
+        return [_rec(model, "mxmixed convert --dtype bfloat16", None, "exit code",
+                     absolute="exit code %d" % code)]
+    fp32 = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
+    fp32.optimize_for(x, backend="MKLDNN", static_alloc=True, static_shape=True)
+    bf16 = symbolic.load_bfloat16(prefix + "-bf16", 0)
+    fp32_static = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"],
+                                            prefix + "-0000.params")
+    fp32_static.hybridize(static_alloc=True, static_shape=True)
+    for block in (fp32, bf16, fp32_static):
+        mx.nd.waitall()
+        block(x)
+    mx.nd.waitall()
+
+    def call(block):
+        return lambda: [o.wait_to_read() for o in _outputs(block(x))]
+
+    med, lo, hi, t32, t16 = interleaved(call(fp32), call(bf16), rounds, 1)
+    smed, slo, shi, s32, _ = interleaved(call(fp32_static), call(bf16), max(2, rounds - 1), 1)
+    name = "%s inference" % model
+    return [
+        _rec(model, "inference speed-up, batch %d, %d px: float32 (static, oneDNN subgraph) / "
+             "bfloat16 (mxmixed convert + load_bfloat16)" % (batch, size), med, "x", [lo, hi],
+             "float32 %.3f s, bfloat16 %.3f s per batch; convert + validate %.1f s, exit "
+             "code %d (%s)" % (t32, t16, convert_s, code, "validated" if code == 0 else
+                               "validation failed, files kept"),
+             convert_exit_code=code, goal=GOALS.get(name), met=(
+                 None if name not in GOALS else bool(med >= GOALS[name]))),
+        _rec(model, "inference speed-up, batch %d: float32 (static, no subgraph) / bfloat16"
+             % batch, smed, "x", [slo, shi], "float32 %.3f s per batch" % s32),
+    ]
+
+
+def _outputs(out):
+    return out if isinstance(out, (list, tuple)) else [out]
+
+
+def training(model, batch, size, rounds, block, classes=1000):
+    """One SGD step of float32 and of bfloat16 AMP (no loss scaling), alternating."""
+    import mxnet as mx
+    import numpy as np
+    from gluoncv.model_zoo import get_model
+    from mxnet import autograd, gluon
+
+    import mxmixed
+
+    rng = np.random.RandomState(0)
+    X = mx.nd.array(rng.uniform(size=(batch, 3, size, size)))
+    y = mx.nd.array(rng.randint(0, classes, size=batch))
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def build():
+        mx.random.seed(0)
+        net = get_model(model, pretrained=False)
+        net.initialize(mx.init.Xavier())
+        net.hybridize(static_alloc=True, static_shape=True)
+        trainer = gluon.Trainer(net.collect_params(), "sgd",
+                                {"learning_rate": 0.01, "momentum": 0.9},
+                                update_on_kvstore=False)
+        return net, trainer
+
+    net32, trainer32 = build()
+    losses = []
+
+    def step32():
+        with autograd.record():
+            loss = loss_fn(net32(X), y)
+        loss.backward()
+        trainer32.step(batch)
+        mx.nd.waitall()  # the update too: work left pending would be timed in the next block
+
+    def step16():
+        with autograd.record():
+            loss = loss_fn(net16(X), y)
+            with mxmixed.scale_loss(loss, trainer16) as scaled:
+                scaled.backward()
+        mxmixed.step(trainer16, batch)
+        losses.append(float(loss.astype("float32").mean().asscalar()))
+        mx.nd.waitall()
+
+    with mxmixed.amp_scope(target_dtype="bfloat16"):
+        net16, trainer16 = build()
+        scaler = mxmixed.init_trainer(trainer16)
+        step16()  # the block caches its bfloat16 training graph inside the scope
+    step32(), step16()  # warm-up: oneDNN primitives, static memory
+    med, lo, hi, t32, t16 = interleaved(step32, step16, rounds, block)
+    name = "%s training" % model
+    return [_rec(model, "training step speed-up, batch %d, %d px: float32 / bfloat16 AMP "
+                 "(loss scale %g)" % (batch, size, scaler.loss_scale), med, "x", [lo, hi],
+                 "float32 %.3f s, bfloat16 %.3f s per step" % (t32, t16),
+                 goal=GOALS.get(name), finite_losses=bool(np.isfinite(losses).all()),
+                 met=None if name not in GOALS else bool(med >= GOALS[name]))]
+
+
+def accuracy(seeds, epochs):
+    import mxnet as mx
+    import numpy as np
+
+    from mxmixed.tutorial import digits_cnn, digits_loaders, train_precision
+
+    acc = {"float32": [], "bfloat16": []}
+    for seed in seeds:
+        loaders = digits_loaders(batch_size=64, seed=seed)
+        for precision in acc:
+            mx.random.seed(seed)
+            run = train_precision(precision, lambda: digits_cnn(seed=seed), loaders,
+                                  epochs=epochs, progress=False)
+            acc[precision].append(run["accuracy"])
+    f32, b16 = np.array(acc["float32"]), np.array(acc["bfloat16"])
+    spread = float(f32.max() - f32.min())
+    diff = float(b16.mean() - f32.mean())
+    return [_rec("digits CNN, %d epochs, seeds %s" % (epochs, list(seeds)),
+                 "test accuracy: bfloat16 mean - float32 mean", diff, "points (share)",
+                 absolute="float32 %s, bfloat16 %s" % (np.round(f32, 4).tolist(),
+                                                       np.round(b16, 4).tolist()),
+                 float32=f32.tolist(), bfloat16=b16.tolist(), float32_spread=spread,
+                 goal="within the float32 spread over the seeds (or 0.01)",
+                 met=bool(abs(diff) <= max(spread, 0.01)))]
+
+
+def run(quick=False):
+    from mxmixed import _state, sysinfo
+
+    facts = cpu_facts()
+    records = [_rec("CPU", "model, flags, how bfloat16 runs here", facts["cpu"], "text",
+                    absolute="%s; %s" % (" ".join(facts["flags"]), facts["bfloat16"]),
+                    cpu=facts)]
+    runs, why = _state.bfloat16_support()
+    if not runs:
+        records.append(_rec("all", "bfloat16", None, "x", absolute="skipped: " + why,
+                            skipped=True))
+        return records
+    probe = sysinfo.probe_bfloat16()
+    for name, (t32, t16, ratio) in probe.items():
+        records.append(_rec("probe " + name, "op speed-up: float32 / bfloat16", ratio, "x",
+                            absolute="float32 %.2f ms, bfloat16 %.2f ms" % (1e3 * t32,
+                                                                            1e3 * t16)))
+    rounds = 2 if quick else 4
+    with tempfile.TemporaryDirectory() as folder:
+        records += inference("resnet50_v1", 16, 224, folder, rounds + 1)
+        records += inference("ssd_512_mobilenet1.0_voc", 4, 512, folder, rounds,
+                             pretrained_base=False)
+    records += training("resnet50_v1", 16, 224, rounds - 1, 1)
+    records += training("cifar_resnet20_v1", 64, 32, rounds + 1, 4, classes=10)
+    records += accuracy((0, 1, 2), 2 if quick else 4)
+    return records
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, for a smoke run")
+    parser.add_argument("--json", help="also write the records here")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    records = run(args.quick)
+    print("bfloat16 / float32 on this CPU (%.0f s)" % (time.perf_counter() - start))
+    for r in records:
+        value = r["value"]
+        text = ("%.3f" % value) if isinstance(value, float) else str(value)
+        spread = "" if not r["spread"] else " (%.2f-%.2f)" % tuple(r["spread"])
+        met = "" if r.get("met") is None else ("  goal %s: %s" % (
+            r["goal"], "met" if r["met"] else "NOT met"))
+        print("- %s | %s: %s %s%s%s\n    %s" % (r["workload"], r["figure"], text, r["unit"],
+                                               spread, met, r["absolute"]))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(records, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
