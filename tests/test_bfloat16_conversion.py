@@ -74,7 +74,8 @@ def test_bfloat16_conversion_stores_bfloat16_params_and_reports_them(cifar):
     assert report.target_dtype == "bfloat16" and convs >= 19
     assert report.count("Convolution", "bfloat16") == convs
     assert report.count("Convolution", "float32") == 0
-    assert str(report).startswith("Bfloat16 conversion report (target bfloat16")
+    first = str(report).splitlines()[0]
+    assert first.startswith("Bfloat16 conversion report: ") and " compute in bfloat16" in first
     weights = [v for k, v in model.arg_params.items() if k.endswith("conv0_weight")]
     assert weights and all(np.dtype(w.dtype) == BFLOAT16 for w in weights)
     assert 0.49 < report.size_ratio < 0.52
