@@ -24,7 +24,8 @@ EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
 (write --out somedir/model16). Its folder must exist and be writable; this is checked before
-any work. The input checkpoint is never overwritten.
+any work. The input checkpoint is never overwritten. With --format onnx the one output file
+is OUTPREFIX.onnx, and --validate runs it in onnxruntime on the CPU (docs/onnx.md).
 
 exit codes:
   0  converted (and, with --validate, within --tolerance) and written
@@ -32,7 +33,8 @@ exit codes:
      nothing written (with --keep-failed the files are written, and the exit code is still 1)
   2  bad command line or input: options, checkpoint files, output location, or samples and a
      forward pass that would not fit in the available memory; nothing written
-  3  writing the converted pair failed (disk full, I/O error); no new pair was written
+  3  writing the converted pair (or ONNX file) failed (disk full, I/O error); nothing new
+     was written
 """
 
 
@@ -174,14 +176,20 @@ def _cmd_convert(args):
     if meant != args.prefix and not os.path.exists(in_files[0]):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
                        "did you mean %s?" % meant)
-    check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
+    to_onnx = args.format == "onnx"
+    if to_onnx and not (args.inputs or args.input_shape):
+        raise CLIError("--format onnx needs the input shape: give --input-shape C,H,W or "
+                       "--inputs FILE.npy")
+    out_files = ([args.out + ".onnx"] if to_onnx
+                 else symbolic.checkpoint_paths(args.out, args.epoch))
+    check_out_prefix(args.out, in_files, out_files)
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
         data_names = symbolic.data_inputs(sym, arg_params, aux_params)
         if not data_names:
             raise CLIError("the graph has no data input: every input is a parameter")
-        samples = None
-        if wants_samples:
+        samples = exported = None
+        if wants_samples or to_onnx:
             shape, mapped = _sample_shape(args)
             symbolic.check_params(sym, arg_params, aux_params, source="the params",
                                   data_shapes={data_names[0]: (1,) + shape})
@@ -190,7 +198,8 @@ def _cmd_convert(args):
                                                   args.batch_size),
                           "%d samples of shape %s and a forward pass at batch size %d"
                           % (count, ",".join(map(str, shape)), args.batch_size))
-            samples = _samples(args, shape, mapped, count, strict=args.validate > 0)
+            if wants_samples:
+                samples = _samples(args, shape, mapped, count, strict=args.validate > 0)
         settings = dict(exclude_layers=args.exclude, exclude_ops=args.exclude_op,
                         keep_io_types=args.keep_io_types,
                         cast_optional_params=not args.keep_optional_params_float32)
@@ -204,7 +213,12 @@ def _cmd_convert(args):
         else:
             model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
                                      batch_size=args.batch_size, **settings)
-        if args.validate > 0:
+        if to_onnx:
+            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params))
+        if args.validate > 0 and to_onnx:
+            check = symbolic.validate_onnx((sym, arg_params, aux_params), exported, samples,
+                                           batch_size=args.batch_size, progress=bars_wanted())
+        elif args.validate > 0:
             check = symbolic.validate((sym, arg_params, aux_params), model, samples,
                                       batch_size=args.batch_size, progress=bars_wanted())
     except symbolic.ConversionError as err:
@@ -212,19 +226,20 @@ def _cmd_convert(args):
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
     print(model.report)
-    for part in (search, check):
+    for part in (exported, search, check):
         if part is not None:
             print()
             print(part)
     failed = check is not None and not check.passes(tolerance)
     if not failed or args.keep_failed:
         try:
-            written = model.save(args.out, args.epoch)
+            written = ((exported.save(out_files[0]),) if to_onnx
+                       else model.save(args.out, args.epoch))
         except OSError as err:
             raise CLIError("cannot write the checkpoint to %s: %s"
                            % (args.out, err.strerror or err), EXIT_WRITE_FAILED) from None
         print()
-        print("wrote %s and %s" % written)
+        print("wrote " + " and ".join(written))
     if failed:
         top1 = ("" if check.top1_agreement is None
                 else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
@@ -289,6 +304,10 @@ def build_parser():
                       help="MXNet's default: keep params float32 where float16 is optional")
     conv.add_argument("--dtype", default="float16", type=_dtype, choices=["float16"],
                       help="target dtype (float16 only)")
+    conv.add_argument("--format", choices=["mxnet", "onnx"], default="mxnet",
+                      help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
+                           "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
+                           "--input-shape or --inputs, and the onnx extra)")
     conv.add_argument("--validate", type=_int_at_least(0), default=0, metavar="N",
                       help="compare float16 with float32 on N samples; fail (exit 1) beyond "
                            "--tolerance")

@@ -17,7 +17,9 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
 * :func:`load_checkpoint` / :func:`save_checkpoint`: checked loading, and saving that writes
   both files or neither;
 * :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;
-* :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU.
+* :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU;
+* :func:`export_onnx` / :func:`validate_onnx`: the float16 model as an ONNX file, with its
+  float32 layers kept, validated in onnxruntime (needs the ``onnx`` extra).
 
 On a CPU the float16 graphs run through the emulation graph pass
 (:func:`mxmixed.emulation.emulate_symbol`); on a GPU they run unchanged.
@@ -35,6 +37,7 @@ from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
+from ._onnx import OnnxModel, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
 from ._validation import ValidationReport, validate
 
@@ -47,4 +50,5 @@ __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params"
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
            "checkpoint_paths", "data_inputs",
            "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
-           "search_fp32_layers", "SearchResult", "load_float16", "convert_hybrid_block"]
+           "search_fp32_layers", "SearchResult", "load_float16", "convert_hybrid_block",
+           "export_onnx", "validate_onnx", "OnnxModel"]
