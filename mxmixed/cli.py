@@ -180,6 +180,11 @@ def _cmd_convert(args):
     if to_onnx and not (args.inputs or args.input_shape):
         raise CLIError("--format onnx needs the input shape: give --input-shape C,H,W or "
                        "--inputs FILE.npy")
+    if to_onnx:
+        try:
+            symbolic.check_onnx()
+        except symbolic.ConversionError as err:
+            raise CLIError(str(err)) from None
     out_files = ([args.out + ".onnx"] if to_onnx
                  else symbolic.checkpoint_paths(args.out, args.epoch))
     check_out_prefix(args.out, in_files, out_files)

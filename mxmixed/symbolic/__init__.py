@@ -37,7 +37,7 @@ from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
-from ._onnx import OnnxModel, export_onnx, validate_onnx
+from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
 from ._validation import ValidationReport, validate
 
@@ -51,4 +51,4 @@ __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params"
            "checkpoint_paths", "data_inputs",
            "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
            "search_fp32_layers", "SearchResult", "load_float16", "convert_hybrid_block",
-           "export_onnx", "validate_onnx", "OnnxModel"]
+           "export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]

@@ -26,9 +26,20 @@ from ._graph import _default_ctx, _graph, _inference_graph, _var_dtype
 from ._report import ConversionReport, _format_bytes
 from ._validation import ValidationReport, _Runner, _batches, _progress, _run
 
-__all__ = ["export_onnx", "validate_onnx", "OnnxModel", "ONNX_INSTALL"]
+__all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
 ONNX_INSTALL = "pip install -c constraints.txt 'mxmixed[onnx]'"
+
+
+def check_onnx():
+    """Check that onnx and onnxruntime can be imported (the ``onnx`` extra).
+
+    Raises
+    ------
+    ConversionError
+        One line that says how to install them.
+    """
+    _onnx()
 
 
 def _onnx():
