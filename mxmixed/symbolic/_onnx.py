@@ -9,6 +9,8 @@ dtypes (``keep_io_types``). :func:`validate_onnx` runs the file in onnxruntime o
 compares it with MXNet's float32 model under the rules of :func:`validate`.
 Re-exported by :mod:`mxmixed.symbolic`. Needs the ``onnx`` extra (``onnx``, ``onnxruntime``).
 """
+import contextlib
+import logging
 import re
 import time
 import warnings
@@ -144,6 +146,8 @@ class OnnxModel:
     opset : int
     seconds : float
         Time of the export(s) and the check.
+    notes : list of str
+        What the ONNX graph does differently from MXNet's (per-class NMS, for one).
     """
 
     proto: object = field(repr=False)
@@ -154,6 +158,7 @@ class OnnxModel:
     float32_bytes: Optional[int] = None
     opset: int = 0
     seconds: float = 0.0
+    notes: List[str] = field(default_factory=list)
 
     def serialize(self):
         """The model file's bytes (bytes)."""
@@ -183,10 +188,31 @@ class OnnxModel:
     def __str__(self):
         ratio = ("" if self.size_ratio is None else ", %.3fx the float32 ONNX export (%s)"
                  % (self.size_ratio, _format_bytes(self.float32_bytes)))
-        return ("ONNX: opset %d, input %s %s, outputs %s, %s%s; passes onnx.checker "
+        text = ("ONNX: opset %d, input %s %s, outputs %s, %s%s; passes onnx.checker "
                 "(full check); parameters are initializers"
                 % (self.opset, self.input_name, self.input_dtype.name,
                    ", ".join(self.output_names), _format_bytes(self.nbytes), ratio))
+        return "\n".join([text] + ["note: " + note for note in self.notes])
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """MXNet's converters warn through the root logger (box_nms); :attr:`OnnxModel.notes`
+    says it once instead."""
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _class_aware_nms(graph):
+    """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
+    return [n["name"] for n in graph["nodes"] if n["op"] == "_contrib_box_nms"
+            and int(n.get("attrs", {}).get("id_index", "-1")) != -1
+            and n.get("attrs", {}).get("force_suppress", "False") not in ("True", "1")]
 
 
 def _missing_converters(graph, registry):
@@ -217,7 +243,7 @@ def _to_proto(sym, params, input_name, input_dtype, input_shape):
     opset = onnx.defs.onnx_opset_version()
     shape = (1,) + tuple(input_shape)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_exporter():
             warnings.simplefilter("ignore", DeprecationWarning)
             graph_proto = exporter().create_onnx_graph_proto(
                 keep, params, [shape], [_tensor_type(input_dtype)], opset_version=opset,
@@ -314,12 +340,18 @@ def export_onnx(model, input_shape, float32_model=None):
         sym32 = _inference_graph(sym32)
         proto32, _ = _to_proto(sym32, dict(args32, **auxs32), name, _FLOAT32, input_shape)
         float32_bytes = proto32.ByteSize()
+    notes = []
+    nms = _class_aware_nms(_graph(sym))
+    if nms:
+        notes.append("%s suppress(es) boxes per class in MXNet; MXNet's exporter writes ONNX "
+                     "NonMaxSuppression across all classes, so the detections differ from "
+                     "MXNet's even in float32 (docs/onnx.md)" % ", ".join(nms))
     outputs = _output_names(sym)
     if sorted(outputs) != sorted(o.name for o in proto.graph.output):
         raise ConversionError("the ONNX outputs %s do not match the graph's outputs %s"
                               % ([o.name for o in proto.graph.output], outputs))
     return OnnxModel(proto, report, name, dtype, outputs, float32_bytes, opset,
-                     time.perf_counter() - start)
+                     time.perf_counter() - start, notes)
 
 
 def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, rule="auto",
