@@ -214,3 +214,26 @@ def test_without_onnx_installed_the_error_says_how_to_install(resnet18, tmp_path
     assert code == cli.EXIT_USAGE
     assert "pip install -c constraints.txt 'mxmixed[onnx]'" in err and err.count("\n") == 1
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_float16_constants_keep_their_values(tmp_path):
+    """ReLU6 (clip to [0, 6], as in MobileNetV2) on float16 data: MXNet 1.9.1's exporter hands
+    onnx 1.14 the bit pattern of 6.0, which became 17920.0 until mxmixed decoded it."""
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(4, 3, in_channels=3), nn.HybridLambda(lambda F, x: F.clip(x, 0, 6)),
+            nn.Dense(5))
+    net.initialize(mx.init.Xavier(magnitude=6))
+    net.hybridize()
+    net(mx.nd.zeros((1, 3, 8, 8)))
+    prefix = str(tmp_path / "relu6")
+    net.export(prefix)
+    fp32 = symbolic.load_checkpoint(prefix, 0)
+    exported = symbolic.export_onnx(symbolic.convert(*fp32), (3, 8, 8))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in exported.proto.graph.initializer}
+    clip = [n for n in exported.proto.graph.node if n.op_type == "Clip"][0]
+    assert inits[clip.input[2]].dtype == np.float16 and float(inits[clip.input[2]]) == 6.0
+    X = np.random.RandomState(0).uniform(0, 4, (8, 3, 8, 8)).astype(np.float32)
+    check = symbolic.validate_onnx(fp32, exported, X, progress=False)
+    assert check.passes(0.01), check

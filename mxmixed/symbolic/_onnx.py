@@ -208,6 +208,30 @@ def _quiet_exporter():
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _float16_constants_as_values():
+    """MXNet 1.9.1's converters pass float16 constants to ``onnx.helper.make_tensor`` as their
+    uint16 bit patterns (Python ints), as older onnx wanted; onnx 1.14 encodes the values
+    itself, so ReLU6's 6.0 became 17920.0. Bit patterns (ints, never floats for a float16
+    tensor) are turned back into values for the duration of an export."""
+    from onnx import TensorProto, helper
+
+    make_tensor = helper.make_tensor
+
+    def fixed(name, data_type, dims, vals, raw=False):
+        if data_type == TensorProto.FLOAT16 and not raw:
+            flat = np.asarray(vals).ravel()
+            if flat.size and np.issubdtype(flat.dtype, np.integer):
+                vals = flat.astype(np.uint16).view(np.float16)
+        return make_tensor(name, data_type, dims, vals, raw)
+
+    helper.make_tensor = fixed
+    try:
+        yield
+    finally:
+        helper.make_tensor = make_tensor
+
+
 def _class_aware_nms(graph):
     """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
     return [n["name"] for n in graph["nodes"] if n["op"] == "_contrib_box_nms"
@@ -243,7 +267,7 @@ def _to_proto(sym, params, input_name, input_dtype, input_shape):
     opset = onnx.defs.onnx_opset_version()
     shape = (1,) + tuple(input_shape)
     try:
-        with warnings.catch_warnings(), _quiet_exporter():
+        with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values():
             warnings.simplefilter("ignore", DeprecationWarning)
             graph_proto = exporter().create_onnx_graph_proto(
                 keep, params, [shape], [_tensor_type(input_dtype)], opset_version=opset,
