@@ -191,7 +191,7 @@ def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, r
     MXNet runs the float32 model on ``ctx``; onnxruntime runs the ONNX model with its
     ``CPUExecutionProvider``. The time in the report is a wall time of both runs, not a speed
     measure: onnxruntime's CPU kernels for float16 are few, and it runs the rest in float32
-    between casts it inserts, so float16 is slower than float32 there.
+    between casts it inserts, so float16 is no faster than float32 there, and often slower.
 
     Parameters
     ----------
@@ -252,8 +252,9 @@ def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, r
         raise ConversionError("MXNet and onnxruntime give outputs of different shapes: %s and "
                               "%s" % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
-    device = ("onnxruntime %s %s (float16 on a CPU: slow, not a speed measure); float32 "
-              "reference: MXNet on %s" % (ort.__version__, session.get_providers()[0], ctx))
+    device = ("onnxruntime %s %s (float16 on a CPU: no faster than float32, often slower; "
+              "not a speed measure); float32 reference: MXNet on %s"
+              % (ort.__version__, session.get_providers()[0], ctx))
     return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=device, seconds=time.perf_counter() - start, checks=checks)
