@@ -133,7 +133,7 @@ def export_onnx(model, input_shape, float32_model=None):
     >>> from mxnet import gluon
     >>> from mxmixed import symbolic
     >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
+    >>> net.add(gluon.nn.Dense(512, activation="relu"), gluon.nn.Dense(10))
     >>> net.initialize()
     >>> net.hybridize()
     >>> _ = net(mx.nd.ones((1, 64)))
@@ -141,8 +141,8 @@ def export_onnx(model, input_shape, float32_model=None):
     >>> net.export(prefix)
     >>> fp32 = mx.model.load_checkpoint(prefix, 0)
     >>> onnx_model = symbolic.export_onnx(symbolic.convert(*fp32), (64,), float32_model=fp32)
-    >>> onnx_model.size_ratio < 0.51
-    True
+    >>> round(onnx_model.size_ratio, 2)
+    0.5
     >>> onnx_model.save(prefix + "-fp16.onnx")
     '...digits-fp16.onnx'
     """
