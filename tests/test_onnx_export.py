@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import mxnet as mx
+import onnx  # the onnx extra, part of `make test` (EXTRAS)
+import onnx.numpy_helper
+import onnxruntime as ort
 from gluoncv.model_zoo import get_model
 
 from mxmixed import _io, cli, symbolic
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 
 SHAPE = (3, 32, 32)
 
