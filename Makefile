@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 MXNET  ?= mxnet
-EXTRAS ?= tutorials,test,docs
+EXTRAS ?= tutorials,test,docs,onnx
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed-$(MXNET)

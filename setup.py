@@ -37,6 +37,8 @@ setup(
         "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel",
                  "import-linter>=2.16", "ruff>=0.17"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
+        # mxmixed convert --format onnx and symbolic.export_onnx / validate_onnx (docs/onnx.md)
+        "onnx": ["onnx", "onnxruntime", "protobuf", "flatbuffers"],
         # benchmarks/zoo.py's side-by-side with onnxconverter-common (pinned in constraints.txt;
         # these versions work with numpy 1.23.5 on Python 3.11)
         "bench": ["onnx", "onnxruntime", "onnxconverter-common", "protobuf", "flatbuffers"],

@@ -45,6 +45,8 @@ SUITES = [
      "wall time of the tutorial suite, relative to a reference workload"),
     ("zoo", "zoo.py", [], ["--quick"],
      "gluoncv zoo: convert, validate (detections by IoU), search evaluations, onnx peer"),
+    ("onnx_zoo", "onnx_zoo.py", [], ["--models", "resnet50_v1b"],
+     "gluoncv zoo to float16 ONNX: checked, validated in onnxruntime; file size, ORT CPU time"),
     ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "3"], ["--rounds", "2", "--steps", "2"],
      "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
@@ -69,6 +71,8 @@ HOW = {
                  "summed over the notebooks",
     "zoo": "one fresh process per model; convert and search timed once, inference the median "
            "of 3 after a warm-up; random fan-in init; CPU emulation of float16",
+    "onnx_zoo": "one fresh process per model; sizes exact; onnxruntime CPU time of the "
+                "float16 and the float32 file alternated, median of 5 after a warm-up",
     "ssd_step": "two persistent worker processes per comparison time blocks of steps in "
                 "alternation; ratio per round; median and min-max over the rounds; the time "
                 "split from one mx.profiler pass (aggregate stats, bulk execution off)",
@@ -229,6 +233,18 @@ def figures(suite, raw):
                                 forward_ratio=scaled.get("fwd_ratio")))
     elif suite in ("zoo", "bfloat16"):
         out.extend(raw)  # these scripts write the common records themselves
+    elif suite == "onnx_zoo":
+        for r in raw["rows"]:
+            if "size_ratio" not in r:
+                out.append(_fig(suite, r["model"], "float16 ONNX export", None, "",
+                                absolute=r["status"] + ": " + str(r.get("error", ""))))
+                continue
+            out.append(_fig(suite, r["model"], "float16 ONNX file / float32 ONNX file",
+                            r["size_ratio"], "x", absolute="%s, error %.3g (%s)" % (
+                                r["status"], r["error"], r["rule"])))
+            out.append(_fig(suite, r["model"], "onnxruntime CPU time, float16 / float32",
+                            r["ort_cpu_fp16_over_fp32_time"], "x",
+                            absolute="median of 5 alternated runs; not a speed-up"))
     elif suite == "memory":
         for r in raw:
             out.append(_fig(suite, r["workload"], "AMP bytes / float32 bytes", r["amp_ratio"],
@@ -271,6 +287,9 @@ def run_suite(name, script, args):
         if name == "op_survey":  # keeps its full table where it always was
             target = os.path.join(HERE, "op_survey.json")
             args = args + ["--out", target]
+        elif name == "onnx_zoo":  # the source of docs/onnx.md's table
+            target = os.path.join(HERE, "onnx_zoo.json")
+            args = args + ["--json", target]
         else:
             args = args + ["--json", target]
         start = time.perf_counter()

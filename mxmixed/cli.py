@@ -33,7 +33,8 @@ exit codes:
      nothing written (with --keep-failed the files are written, and the exit code is still 1)
   2  bad command line or input: options, checkpoint files, output location, or samples and a
      forward pass that would not fit in the available memory; nothing written
-  3  writing the converted pair failed (disk full, I/O error); no new pair was written
+  3  writing the converted pair (or ONNX file) failed (disk full, I/O error); an earlier
+     pair at OUTPREFIX is left as it was
   130  interrupted (Ctrl-C); an earlier pair at OUTPREFIX is left as it was
 """
 
@@ -119,6 +120,8 @@ def _check_bfloat16_args(args):
     """One line for what a bfloat16 conversion cannot do, before any work."""
     if args.dtype != "bfloat16":
         return
+    if args.format == "onnx":
+        raise CLIError("--format onnx exports float16 models only; drop --dtype bfloat16")
     if args.search_tolerance is not None:
         raise CLIError("--search-tolerance searches float16 layers only; with --dtype bfloat16 "
                        "use --exclude / --exclude-op")
@@ -209,10 +212,17 @@ def _cmd_convert(args):
     _check_convert_files(args, symbolic)
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
-        samples = _convert_samples(args, symbolic, sym, arg_params, aux_params)
+        samples, shape = _convert_samples(args, symbolic, sym, arg_params, aux_params)
         model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
-        check = None
-        if args.validate > 0:
+        check = exported = None
+        if args.format == "onnx":
+            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params))
+            _say(exported)
+        if args.validate > 0 and exported is not None:
+            check = symbolic.validate_onnx((sym, arg_params, aux_params), exported, samples,
+                                           batch_size=args.batch_size, progress=bars_wanted())
+            _say(check)
+        elif args.validate > 0:
             check = symbolic.validate((sym, arg_params, aux_params), model, samples,
                                       batch_size=args.batch_size, progress=bars_wanted(),
                                       reference=model.calibration_outputs)
@@ -224,7 +234,7 @@ def _cmd_convert(args):
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
-    return _write_converted(args, model, check, tolerance, samples)
+    return _write_converted(args, model, check, tolerance, samples, exported)
 
 
 def _say(*parts):
@@ -245,16 +255,29 @@ def _check_convert_files(args, symbolic):
     if meant != args.prefix and not os.path.exists(in_files[0]):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
                        "did you mean %s?" % meant)
-    check_out_prefix(args.out, in_files, symbolic.checkpoint_paths(args.out, args.epoch))
+    to_onnx = args.format == "onnx"
+    if to_onnx and not (args.inputs or args.input_shape):
+        raise CLIError("--format onnx needs the input shape: give --input-shape C,H,W or "
+                       "--inputs FILE.npy")
+    if to_onnx:
+        try:
+            symbolic.check_onnx()
+        except symbolic.ConversionError as err:
+            raise CLIError(str(err)) from None
+    out_files = ([args.out + ".onnx"] if to_onnx
+                 else symbolic.checkpoint_paths(args.out, args.epoch))
+    check_out_prefix(args.out, in_files, out_files)
 
 
 def _convert_samples(args, symbolic, sym, arg_params, aux_params):
-    """The samples for calibration, validation and the search (None when none is asked)."""
+    """The samples for calibration, validation and the search (None when none is asked),
+    and the shape of one (None when no shape is given)."""
     data_names = symbolic.data_inputs(sym, arg_params, aux_params)
     if not data_names:
         raise CLIError("the graph has no data input: every input is a parameter")
-    if not (args.validate > 0 or args.search_tolerance is not None):
-        return None
+    wants_samples = args.validate > 0 or args.search_tolerance is not None
+    if not (wants_samples or args.format == "onnx"):
+        return None, None
     shape, mapped = _sample_shape(args)
     symbolic.check_params(sym, arg_params, aux_params, source="the params",
                           data_shapes={data_names[0]: (1,) + shape})
@@ -262,7 +285,9 @@ def _convert_samples(args, symbolic, sym, arg_params, aux_params):
     check_memory(estimate_convert_memory(sym, data_names[0], shape, count, args.batch_size),
                  "%d samples of shape %s and a forward pass at batch size %d"
                  % (count, ",".join(map(str, shape)), args.batch_size))
-    return _samples(args, shape, mapped, count, strict=args.validate > 0)
+    if not wants_samples:
+        return None, shape
+    return _samples(args, shape, mapped, count, strict=args.validate > 0), shape
 
 
 def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
@@ -286,16 +311,18 @@ def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
     return model
 
 
-def _write_converted(args, model, check, tolerance, samples):
-    """Write the pair unless validation failed (or --keep-failed); the exit code."""
+def _write_converted(args, model, check, tolerance, samples, exported=None):
+    """Write the pair (or the ONNX file) unless validation failed (or --keep-failed); the
+    exit code."""
     failed = check is not None and not check.passes(tolerance)
     if not failed or args.keep_failed:
         try:
-            written = model.save(args.out, args.epoch)
+            written = ((exported.save(args.out + ".onnx"),) if exported is not None
+                       else model.save(args.out, args.epoch))
         except OSError as err:
             raise CLIError("cannot write the checkpoint to %s: %s"
                            % (args.out, err.strerror or err), EXIT_WRITE_FAILED) from None
-        _say("wrote %s and %s" % written)
+        _say("wrote " + " and ".join(written))
     if failed:
         top1 = ("" if check.top1_agreement is None
                 else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
@@ -393,6 +420,10 @@ def build_parser():
                       help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
                            "serving through oneDNN, fast with AVX512-BF16 or AMX; load with "
                            "mxmixed.load_bfloat16). Default float16")
+    conv.add_argument("--format", choices=["mxnet", "onnx"], default="mxnet",
+                      help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
+                           "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
+                           "--input-shape or --inputs, and the onnx extra; float16 only)")
     conv.add_argument("--validate", type=_int_at_least(0), default=0, metavar="N",
                       help="compare the converted model with float32 on N samples; fail "
                            "(exit 1) beyond --tolerance")

@@ -18,7 +18,9 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
   both files or neither;
 * :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;
 * :func:`load_bfloat16`: a checkpoint converted to bfloat16 as a fast CPU ``SymbolBlock``;
-* :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU.
+* :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU;
+* :func:`export_onnx` / :func:`validate_onnx`: the float16 model as an ONNX file, with its
+  float32 layers kept, validated in onnxruntime (needs the ``onnx`` extra).
 
 On a CPU the float16 graphs run through the emulation graph pass
 (:func:`mxmixed.emulation.emulate_symbol`); on a GPU they run unchanged.
@@ -36,6 +38,7 @@ from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
+from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
 from ._validation import ValidationReport, validate
 
@@ -49,4 +52,4 @@ __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params"
            "checkpoint_paths", "data_inputs",
            "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
            "search_fp32_layers", "SearchResult", "load_float16", "load_bfloat16",
-           "convert_hybrid_block"]
+           "convert_hybrid_block", "export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]

@@ -1,0 +1,260 @@
+"""The float16 model out of MXNet: export to ONNX, and validation in onnxruntime.
+
+:func:`export_onnx` writes a converted model (:func:`convert`, :func:`search_fp32_layers`) as
+an ONNX graph with MXNet's own exporter (``mx.onnx``), to which it adds the two converters
+MXNet 1.9.1 lacks: ``amp_cast`` and ``amp_multicast`` become ONNX ``Cast`` nodes. Every layer
+keeps the dtype the conversion gave it, so the float32 layers of the conversion, the settling
+pass and the search stay float32 in the ONNX file, and the inputs and outputs keep their
+dtypes (``keep_io_types``). :func:`validate_onnx` runs the file in onnxruntime on the CPU and
+compares it with MXNet's float32 model under the rules of :func:`validate`.
+Re-exported by :mod:`mxmixed.symbolic`. Needs the ``onnx`` extra (``onnx``, ``onnxruntime``);
+the exporter's fixes live in :mod:`._onnx_graph`.
+"""
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from .._io import atomic_write
+from ._common import ConversionError, _FLOAT16, _FLOAT32, _last_line
+from ._detections import compare_outputs
+from ._graph import _default_ctx, _graph, _inference_graph, _var_dtype
+from ._onnx_graph import _class_aware_nms, _onnx, _output_names, _to_proto, check_onnx
+from ._report import ConversionReport, _format_bytes
+from ._validation import ValidationReport, _Runner, _batches, _progress, _run
+
+__all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
+
+
+@dataclass
+class OnnxModel:
+    """A float16 model as an ONNX graph, with the report of its conversion.
+
+    Attributes
+    ----------
+    proto : onnx.ModelProto
+        The checked model (``onnx.checker.check_model(..., full_check=True)``); parameters are
+        initializers, not graph inputs.
+    report : ConversionReport
+        The conversion's report: which layers stay float32, and why.
+    input_name : str
+    input_dtype : numpy.dtype
+        float32, or float16 after ``keep_io_types=False``.
+    output_names : list of str
+        In the order of the MXNet graph's outputs.
+    float32_bytes : int or None
+        Size of the float32 model exported the same way, when ``float32_model`` was given.
+    opset : int
+    seconds : float
+        Time of the export(s) and the check.
+    notes : list of str
+        What the ONNX graph does differently from MXNet's (per-class NMS, for one).
+    """
+
+    proto: object = field(repr=False)
+    report: ConversionReport = field(repr=False)
+    input_name: str
+    input_dtype: np.dtype
+    output_names: List[str]
+    float32_bytes: Optional[int] = None
+    opset: int = 0
+    seconds: float = 0.0
+    notes: List[str] = field(default_factory=list)
+
+    def serialize(self):
+        """The model file's bytes (bytes)."""
+        return self.proto.SerializeToString()
+
+    @property
+    def nbytes(self):
+        """Size of the ONNX file in bytes (int)."""
+        return self.proto.ByteSize()
+
+    @property
+    def size_ratio(self):
+        """``nbytes / float32_bytes`` (float or None)."""
+        return self.nbytes / self.float32_bytes if self.float32_bytes else None
+
+    def save(self, path):
+        """Write the ONNX file atomically: the old file stays whole if anything fails.
+
+        Returns
+        -------
+        str
+            ``path``.
+        """
+        atomic_write(path, self.serialize())
+        return path
+
+    def __str__(self):
+        ratio = ("" if self.size_ratio is None else ", %.3fx the float32 ONNX export (%s)"
+                 % (self.size_ratio, _format_bytes(self.float32_bytes)))
+        text = ("ONNX: opset %d, input %s %s, outputs %s, %s%s; passes onnx.checker "
+                "(full check); parameters are initializers"
+                % (self.opset, self.input_name, self.input_dtype.name,
+                   ", ".join(self.output_names), _format_bytes(self.nbytes), ratio))
+        return "\n".join([text] + ["note: " + note for note in self.notes])
+
+
+def export_onnx(model, input_shape, float32_model=None):
+    """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
+
+    MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
+    (ONNX ``Cast``): each layer computes in the dtype the conversion chose, so the layers the
+    conversion, the settling pass or :func:`search_fp32_layers` kept in float32 stay float32.
+    The batch axis is dynamic.
+
+    Parameters
+    ----------
+    model : ConvertedModel or SearchResult
+        From :func:`convert` or :func:`search_fp32_layers` (its ``model``).
+    input_shape : tuple of int
+        Shape of one sample, without the batch axis, e.g. ``(3, 224, 224)``.
+    float32_model : tuple, optional
+        The float32 ``(sym, arg_params, aux_params)``: also exported, to report the size ratio
+        (:attr:`OnnxModel.size_ratio`); it is not kept.
+
+    Returns
+    -------
+    OnnxModel
+
+    Raises
+    ------
+    ConversionError
+        When onnx or onnxruntime is not installed (the line says how to install them), when
+        MXNet's exporter has no converter for an op of the graph (the line names the ops), or
+        when the result fails ``onnx.checker``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import mxnet as mx
+    >>> from mxnet import gluon
+    >>> from mxmixed import symbolic
+    >>> net = gluon.nn.HybridSequential()
+    >>> net.add(gluon.nn.Dense(512, activation="relu"), gluon.nn.Dense(10))
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 64)))
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
+    >>> net.export(prefix)
+    >>> fp32 = mx.model.load_checkpoint(prefix, 0)
+    >>> onnx_model = symbolic.export_onnx(symbolic.convert(*fp32), (64,), float32_model=fp32)
+    >>> round(onnx_model.size_ratio, 2)
+    0.5
+    >>> onnx_model.save(prefix + "-fp16.onnx")
+    '...digits-fp16.onnx'
+    """
+    start = time.perf_counter()
+    model = getattr(model, "model", model)  # a SearchResult
+    report = getattr(model, "report", None)
+    if report is None or not hasattr(model, "symbol"):
+        raise ConversionError("export_onnx takes the ConvertedModel of convert() or "
+                              "search_fp32_layers(), got %s" % type(model).__name__)
+    input_shape = tuple(int(s) for s in input_shape)
+    params = dict(model.arg_params, **model.aux_params)
+    sym = _inference_graph(model.symbol)
+    var_nodes = {n["name"]: n for n in _graph(sym)["nodes"] if n["op"] == "null"}
+    data_names = [n for n in sym.list_inputs() if n not in params]
+    if len(data_names) != 1:
+        raise ConversionError("ONNX export supports models with one data input; this one has "
+                              "%s" % data_names)
+    name = data_names[0]
+    dtype = np.dtype(_var_dtype(var_nodes[name]))
+    proto, opset = _to_proto(sym, params, name, dtype, input_shape)
+    float32_bytes = None
+    if float32_model is not None:
+        sym32, args32, auxs32 = float32_model
+        sym32 = _inference_graph(sym32)
+        proto32, _ = _to_proto(sym32, dict(args32, **auxs32), name, _FLOAT32, input_shape)
+        float32_bytes = proto32.ByteSize()
+    notes = []
+    nms = _class_aware_nms(_graph(sym))
+    if nms:
+        notes.append("%s suppress(es) boxes per class in MXNet; MXNet's exporter writes ONNX "
+                     "NonMaxSuppression across all classes, so the detections differ from "
+                     "MXNet's even in float32 (docs/onnx.md)" % ", ".join(nms))
+    outputs = _output_names(sym)
+    if sorted(outputs) != sorted(o.name for o in proto.graph.output):
+        raise ConversionError("the ONNX outputs %s do not match the graph's outputs %s"
+                              % ([o.name for o in proto.graph.output], outputs))
+    return OnnxModel(proto, report, name, dtype, outputs, float32_bytes, opset,
+                     time.perf_counter() - start, notes)
+
+
+def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, rule="auto",
+                  ctx=None):
+    """Run the ONNX model in onnxruntime on the CPU and compare it with MXNet's float32 model.
+
+    The same comparison as :func:`validate` (``relative``, or ``detections`` for detectors).
+    MXNet runs the float32 model on ``ctx``; onnxruntime runs the ONNX model with its
+    ``CPUExecutionProvider``. The time in the report is a wall time of both runs, not a speed
+    measure: onnxruntime's CPU kernels for float16 are few, and it runs the rest in float32
+    between casts it inserts, so float16 is no faster than float32 there, and often slower.
+
+    Parameters
+    ----------
+    fp32_model : tuple or mxnet.gluon.Block
+        The float32 ``(sym, arg_params, aux_params)`` (or a Block).
+    onnx_model : OnnxModel or bytes or str
+        From :func:`export_onnx`, or a model file's bytes or path.
+    inputs : array-like or iterable
+        As in :func:`validate`; float32 samples.
+    batch_size : int, default 8
+    progress : bool, default True
+    rule : {'auto', 'relative', 'detections'}, default 'auto'
+    ctx : mxnet.Context, optional
+        Where MXNet runs the float32 model; the first GPU when there is one, else the CPU.
+
+    Returns
+    -------
+    ValidationReport
+        Its ``device`` names onnxruntime and its provider.
+    """
+    onnx, ort = _onnx()
+    if batch_size < 1:
+        raise ConversionError("batch_size must be at least 1, got %r" % (batch_size,))
+    if rule not in ("auto", "relative", "detections"):
+        raise ConversionError("rule must be 'auto', 'relative' or 'detections', got %r"
+                              % (rule,))
+    if isinstance(onnx_model, OnnxModel):
+        payload, outputs = onnx_model.serialize(), onnx_model.output_names
+    else:
+        payload, outputs = onnx_model, None
+    start = time.perf_counter()
+    try:
+        session = ort.InferenceSession(payload, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise ConversionError("onnxruntime cannot load the model: %s" % _last_line(err)) from None
+    feed = session.get_inputs()
+    if len(feed) != 1:
+        raise ConversionError("validation supports models with one input; this one has %s"
+                              % [i.name for i in feed])
+    in_dtype = _FLOAT16 if feed[0].type == "tensor(float16)" else _FLOAT32
+    outputs = outputs or [o.name for o in session.get_outputs()]
+    ctx = _default_ctx(ctx)
+    batches = _batches(inputs, batch_size)
+    ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32 (MXNet)")
+    got = None
+    for batch in _progress(batches, progress, "validate float16 (onnxruntime)", len(batches)):
+        try:
+            outs = session.run(outputs, {feed[0].name: np.asarray(batch).astype(in_dtype)})
+        except Exception as err:  # onnxruntime's own error types
+            raise ConversionError("onnxruntime failed to run the model: %s"
+                                  % _last_line(err)) from None
+        if got is None:
+            got = [[] for _ in outs]
+        for store, out in zip(got, outs):
+            store.append(np.asarray(out, dtype=np.float32))
+    got = [np.concatenate(parts) for parts in got]
+    if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
+        raise ConversionError("MXNet and onnxruntime give outputs of different shapes: %s and "
+                              "%s" % ([a.shape for a in ref], [b.shape for b in got]))
+    checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
+    device = ("onnxruntime %s %s (float16 on a CPU: no faster than float32, often slower; "
+              "not a speed measure); float32 reference: MXNet on %s"
+              % (ort.__version__, session.get_providers()[0], ctx))
+    return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
+                            max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
+                            device=device, seconds=time.perf_counter() - start, checks=checks)
