@@ -177,8 +177,8 @@ def test_failure_while_writing_exits_3_and_keeps_the_old_file(resnet18, tmp_path
         handle.write(b"the earlier file")
     real_fill = _io._fill
 
-    def full_disk(path, content):  # half the bytes reach the temporary file, then ENOSPC
-        real_fill(path, content[:len(content) // 2])
+    def full_disk(path, content, target):  # half the bytes reach the temporary file, then ENOSPC
+        real_fill(path, content[:len(content) // 2], target)
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(_io, "_fill", full_disk)
