@@ -84,6 +84,15 @@ def run_families(families):
             net.hybridize()
         return net
 
+    def perturb(net, x):
+        """Finish deferred init, then give biases and BatchNorm betas random values: zeros
+        would hide the bias composition's second rounding."""
+        net(x)
+        for name, param in sorted(net.collect_params().items()):
+            if name.endswith(("bias", "beta")):
+                value = rng.uniform(-0.5, 0.5, size=param.shape).astype(np.float32)
+                param.set_data(mx.nd.array(value, dtype=param.dtype))
+
     def record(outputs, loss, net):
         grads = [p.grad() for p in net.collect_params().values() if p.grad_req != "null"]
         return {"outputs": [digest(o) for o in outputs], "loss": digest(loss),
@@ -92,6 +101,7 @@ def run_families(families):
     def classification():
         net = get("mobilenetv2_0.25", classes=10)
         x = uniform(2, 3, 32, 32)
+        perturb(net, x)
         with autograd.record():
             out = net(x)
             loss = out.astype("float32").sum() * 2.0 ** -22
@@ -101,6 +111,7 @@ def run_families(families):
     def ssd():
         net = get("ssd_300_mobilenet0.25_voc", pretrained_base=False)
         x = uniform(1, 3, 128, 128)
+        perturb(net, x)
         with autograd.record():
             cls, box, _ = net(x)
             loss = cls.astype("float32").sum() + box.astype("float32").sum()
@@ -113,7 +124,7 @@ def run_families(families):
     def yolo():
         net = get("yolo3_mobilenet0.25_voc", hybridize=False, pretrained_base=False)
         x = uniform(1, 3, 64, 64)
-        net(x)
+        perturb(net, x)
         net.hybridize()
         n, classes = 3 * (2 * 2 + 4 * 4 + 8 * 8), 20
         targets = [mx.nd.zeros((1, n, k)) for k in (1, 2, 2, 2, classes)]
@@ -129,6 +140,7 @@ def run_families(families):
     def segmentation():
         net = get("fcn_resnet50_voc", pretrained_base=False, crop_size=64, base_size=64)
         x = uniform(1, 3, 64, 64)
+        perturb(net, x)
         with autograd.record():
             outs = net(x)
             loss = sum(o.astype("float32").sum() for o in outs) * 2.0 ** -8
@@ -138,6 +150,7 @@ def run_families(families):
     def pose():
         net = get("simple_pose_resnet18_v1b", pretrained_base=False)
         x = uniform(1, 3, 64, 48)
+        perturb(net, x)
         with autograd.record():
             out = net(x)
             loss = out.astype("float32").sum()
@@ -148,6 +161,7 @@ def run_families(families):
         net = get("cifar_resnet20_v1", classes=10)
         x = uniform(8, 3, 32, 32)
         y = mx.nd.array(rng.randint(0, 10, size=8).astype(np.float32))
+        perturb(net, x)
         loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         with autograd.record():
             out = net(x)
@@ -163,6 +177,7 @@ def run_families(families):
         net.hybridize(static_alloc=True, static_shape=True)
         loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         x, t = mx.nd.array(X[:64]), mx.nd.array(y[:64])
+        perturb(net, x)
         with autograd.record():
             out = net(x)
             loss = loss_fn(out, t).mean() * 1024.0
@@ -174,6 +189,7 @@ def run_families(families):
         from mxmixed.tutorial import digits_cnn as make
         X, y = digits_arrays()[:2]
         net = make(seed=0)
+        perturb(net, mx.nd.array(X[:2]))
         net.cast("float16")
         data = mx.sym.var("data", dtype="float16")
         sym = net(data)
