@@ -4,7 +4,9 @@ After :func:`mxmixed.emulation.emulate_symbol` has wrapped each emulated op in c
 float16 value that flows from one float32 computation into an emulated op goes float32 ->
 float16 -> float32: an ``amp_cast`` to float16 (an emulated op's output, the bias
 composition's first rounding, or AMP's own cast of a float32 weight or activation) whose only
-reader is the emulation's ``amp_cast`` back to float32. The pair is replaced by one
+reader is the emulation's ``amp_cast`` back to float32, possibly through AMP's casts of that
+float16 value to float16 (copies), each the only reader of the one before. The chain is
+replaced by one
 ``_mxmixed_round16`` node (float32 in, float32 out holding the float16 value; see
 :mod:`._round16`), whose backward rounds the gradient as the pair's backward does. The float16
 value is never materialized; every value, dtype and gradient stays what it was:
@@ -62,26 +64,38 @@ def carry_float32(graph, float32_entries):
     for up, node in enumerate(nodes):
         if not (_cast_to(node, "float32") and "_emu_" in node["name"]):
             continue
-        down = node["inputs"][0][0]
-        if (node["inputs"][0][1] == 0 and _cast_to(nodes[down], "float16")
-                and readers.get((down, 0)) == [up] and (down, 0) not in heads):
-            pairs[up] = down
+        chain, reader = [], up
+        down, out = node["inputs"][0][:2]
+        while (out == 0 and _cast_to(nodes[down], "float16")
+               and readers.get((down, 0)) == [reader] and (down, 0) not in heads):
+            chain.append(down)
+            reader = down
+            down, out = nodes[down]["inputs"][0][:2]
+        if chain:
+            pairs[up] = chain
     if not pairs:
         return graph
-    sources = {(nodes[d]["inputs"][0][0], nodes[d]["inputs"][0][1]) for d in pairs.values()}
+    # the chain's first cast rounds a float32 value; AMP's casts of float16 values to float16
+    # after it are copies (forward and backward)
+    sources = {tuple(nodes[c]["inputs"][0][:2]) for chain in pairs.values() for c in chain}
     wide = float32_entries(graph, sources)
-    pairs = {up: down for up, down in pairs.items()
-             if tuple(nodes[down]["inputs"][0][:2]) in wide}
+    trimmed = {}
+    for up, chain in pairs.items():
+        while chain and tuple(nodes[chain[-1]]["inputs"][0][:2]) not in wide:
+            chain = chain[:-1]
+        if chain and all(tuple(nodes[c]["inputs"][0][:2]) not in wide for c in chain[:-1]):
+            trimmed[up] = chain
+    pairs = trimmed
     if not pairs or round16_op() is None:
         return graph
-    dropped = set(pairs.values())
+    dropped = {c for chain in pairs.values() for c in chain}
     new_nodes, index = [], {}
     for i, node in enumerate(nodes):
         if i in dropped:
             continue
         node = dict(node)
         if i in pairs:
-            down = nodes[pairs[i]]
+            down = nodes[pairs[i][-1]]
             name = node["name"] if "_emu_in" in node["name"] else down["name"]
             node = {"op": round16_op(), "name": name, "attrs": {"fused": down["name"]},
                     "inputs": [list(down["inputs"][0])]}
