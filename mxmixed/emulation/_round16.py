@@ -97,7 +97,7 @@ def build(target_dir=None, cxx=None):
     os.close(fd)
     try:
         proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
-                               "-march=native", "-I" + include, SOURCE, lib_api, "-o", tmp],
+                               "-march=native", "-fopenmp", "-I" + include, SOURCE, lib_api, "-o", tmp],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))

@@ -9,6 +9,7 @@
 using namespace mxnet::ext;
 
 static void round16(const float* in, float* out, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<_Float16>(in[i]));
 }
 
