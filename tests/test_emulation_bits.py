@@ -3,8 +3,10 @@
 ``tests/data/emulation_digests.json`` holds the sha256 of each output, loss and parameter
 gradient of one emulated AMP training step per model family, recorded on the emulation that
 wrapped every emulated op in its own float16 cast pair (``make_emulation_digests.py``). The
-same step on the current emulation must give the same bytes. Float32 kernels differ between
-CPUs, so the comparison runs only on a CPU like the one the table was recorded on.
+same step must give the same bytes on the current emulation, both with the compiled rounding
+op of the float32 carry and with its fallback when no compiler is present (the cast pairs).
+Float32 kernels differ between CPUs, so the comparison runs only on a CPU like the one the
+table was recorded on.
 """
 import importlib.util
 import json
@@ -23,14 +25,28 @@ with open(digests.OUTPUT) as _handle:
 
 FAMILIES = sorted(TABLE["families"])
 SAME_CPU = digests.cpu_fingerprint() == TABLE["cpu"]
+ROUTES = {"round16": {}, "no_compiler": {"CXX": "/nonexistent/c++"}}
+_CACHE = {}
 
 
-@pytest.fixture(scope="module")
-def current():
+@pytest.fixture(params=sorted(ROUTES))
+def current(request, tmp_path_factory):
     if not SAME_CPU:
         pytest.skip("the digests were recorded on %s; float32 kernels give other bits on this "
                     "CPU (%s)" % (TABLE["cpu"]["model"], digests.cpu_fingerprint()["model"]))
-    return digests.all_digests()
+    route = request.param
+    if route not in _CACHE:
+        env = dict(ROUTES[route], MXMIXED_CACHE_DIR=str(tmp_path_factory.mktemp(route)))
+        if route == "round16":  # the session's build, if one was made already
+            env["MXMIXED_CACHE_DIR"] = os.environ.get("MXMIXED_CACHE_DIR",
+                                                      env["MXMIXED_CACHE_DIR"])
+        _CACHE[route] = digests.all_digests(env)
+    used = _CACHE[route]["_round16"]
+    if route == "round16":
+        assert used == "built and loaded"
+    else:
+        assert "no C++ compiler" in used
+    return _CACHE[route]
 
 
 def test_table_covers_every_zoo_family():
