@@ -32,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -119,14 +120,16 @@ def profile(steps=5):
     for _ in range(3):
         step()
     mx.nd.waitall()
-    mx.profiler.set_config(profile_all=True, aggregate_stats=True, continuous_dump=False,
-                           filename=os.devnull)
-    mx.profiler.set_state("run")
-    for _ in range(steps):
-        step()
-    mx.nd.waitall()
-    mx.profiler.set_state("stop")
-    text = mx.profiler.dumps(reset=True)
+    # never os.devnull: MXNet's profiler replaces its file, and /dev/null must stay a device
+    with tempfile.TemporaryDirectory() as tmp:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True, continuous_dump=False,
+                               filename=os.path.join(tmp, "profile.json"))
+        mx.profiler.set_state("run")
+        for _ in range(steps):
+            step()
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        text = mx.profiler.dumps(reset=True)
     ops, section = {}, None
     for line in text.splitlines():
         if line.startswith("====="):
