@@ -77,7 +77,7 @@ def profile(workload, steps):
         mx.nd.waitall()
         mx.profiler.set_state("stop")
         text = mx.profiler.dumps(reset=True)
-    ops, section = {}, None
+    ops, calls, section = {}, {}, None
     for line in text.splitlines():
         match = _ROW.match(line)
         if match is None:
@@ -86,21 +86,25 @@ def profile(workload, steps):
             continue
         if section == "operator" and match.group(1) not in ("WaitForVar", "DeleteVariable"):
             ops[match.group(1)] = ops.get(match.group(1), 0.0) + float(match.group(3))
+            calls[match.group(1)] = calls.get(match.group(1), 0) + int(match.group(2))
     total = sum(ops.values()) or 1.0
-    shares = {}
+    shares, counts = {}, {}
     for op, ms in ops.items():
         key = category(op, EMULATED_OPS)
         shares[key] = shares.get(key, 0.0) + ms / total
+        counts[key] = counts.get(key, 0) + calls[op] / steps
     top = sorted(ops.items(), key=lambda kv: -kv[1])[:10]
     return {"workload": workload, "op_ms_per_step": total / steps, "shares": shares,
+            "calls_per_step": counts,
             "top_ops": [{"op": k, "ms_per_step": v / steps, "share": v / total} for k, v in top]}
 
 
-def run(steps=5):
-    """Profile every workload, each in a fresh process (AMP cannot be undone)."""
+def run(steps=5, root=None):
+    """Profile every workload, each in a fresh process (AMP cannot be undone); ``root`` is
+    the mxmixed tree to import (this one by default), to profile another version."""
     results = []
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), MXNET_EXEC_BULK_EXEC_TRAIN="0",
-               MXNET_EXEC_BULK_EXEC_INFERENCE="0")
+    env = dict(os.environ, PYTHONPATH=root or os.path.dirname(HERE),
+               MXNET_EXEC_BULK_EXEC_TRAIN="0", MXNET_EXEC_BULK_EXEC_INFERENCE="0")
     for workload in WORKLOADS:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", workload,
                                "--steps", str(steps)], capture_output=True, text=True, env=env)
@@ -116,12 +120,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--root", help="the mxmixed tree to profile (default: this one)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print("RESULT " + json.dumps(profile(args.one, args.steps)))
         return 0
-    results = run(args.steps)
+    results = run(args.steps, args.root)
     cats = ("casts", "rounding", "emulated ops", "reorders", "overflow check", "other")
     print("Operator time of the emulated AMP step, shares per category (mx.profiler)")
     print("%-18s %9s " % ("workload", "op ms") + " ".join("%14s" % c for c in cats))
@@ -131,6 +136,8 @@ def main(argv=None):
             continue
         print("%-18s %9.1f " % (r["workload"], r["op_ms_per_step"])
               + " ".join("%13.1f%%" % (100 * r["shares"].get(c, 0.0)) for c in cats))
+        print("    calls per step: " + ", ".join(
+            "%s %d" % (c, r["calls_per_step"].get(c, 0)) for c in cats if c in r["calls_per_step"]))
         print("    top: " + ", ".join("%s %.0f%%" % (t["op"], 100 * t["share"])
                                       for t in r["top_ops"][:6]))
     if args.json:
