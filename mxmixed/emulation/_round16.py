@@ -127,7 +127,8 @@ def round16_op():
             load(build())
             _STATE["op"], _STATE["why"] = OP, "built and loaded"
         except Exception as err:  # noqa: BLE001 - any failure means the cast-pair fallback
-            _STATE["why"] = "%s: %s" % (type(err).__name__, str(err).splitlines()[-1:])
+            lines = str(err).strip().splitlines() or [""]
+            _STATE["why"] = "%s: %s" % (type(err).__name__, lines[-1])
             _LOG.warning("mxmixed.emulation: the one-pass float16 rounding op is unavailable "
                          "(%s); float16 values between emulated ops are rounded with a cast "
                          "pair instead (the same bits, slower).", _STATE["why"])
