@@ -27,6 +27,8 @@ $(STAMP): constraints.txt setup.py
 	$(PIP) install -q -c constraints.txt pip
 	$(PIP) install -q -c constraints.txt -e ".[$(MX_EXTRA),$(EXTRAS)]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@# the emulation's rounding op, compiled once now rather than at first use (no compiler: a warning)
+	$(PY) -c "from mxmixed.emulation import _round16; print('float16 rounding op:', _round16.round16_op() or 'none, cast pairs', '-', _round16.status())"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

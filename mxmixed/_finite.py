@@ -90,7 +90,7 @@ def fast_check_applies(dtype, ctx):
     return ctx.device_type == "cpu" and np.dtype(dtype) in _SUMMED
 
 
-def nonfinite_sums(arrays):
+def nonfinite_sums(arrays, uniform=False):
     """The arrays whose float32 sum of squares is not finite; every other one is finite.
 
     An array left out holds no inf or NaN. One returned may still be finite: a float32 (or
@@ -100,6 +100,9 @@ def nonfinite_sums(arrays):
     ----------
     arrays : list of mxnet.nd.NDArray
         float16, float32 or float64 arrays on CPU contexts.
+    uniform : bool, default False
+        The caller has checked that all arrays share one dtype and context (the per-step
+        overflow check does): skip grouping them again.
 
     Returns
     -------
@@ -108,8 +111,14 @@ def nonfinite_sums(arrays):
     """
     sums, order = [], []
     with autograd.pause():
-        for (dtype, _), group in _grouped(arrays, cast=True).items():
-            summed = [g.astype("float32") if g.dtype == np.float16 else g for g in group]
+        if uniform and arrays:  # one dtype: test it once
+            half = np.dtype(arrays[0].dtype) == np.float16
+            groups = [(list(arrays), [half] * len(arrays))]
+        else:  # a float32 group may mix float32 and float16 arrays
+            groups = [(group, [g.dtype == np.float16 for g in group])
+                      for group in _grouped(arrays, cast=True).values()]
+        for group, halves in groups:
+            summed = [g.astype("float32") if h else g for g, h in zip(group, halves)]
             for start in range(0, len(group), _CHUNK):
                 chunk = summed[start:start + _CHUNK]
                 sums.append(mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)))

@@ -3,11 +3,14 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# the emulation's rounding op is compiled on first use: into this session's own directory
+os.environ.setdefault("MXMIXED_CACHE_DIR", tempfile.mkdtemp(prefix="mxmixed-cache-"))
 
 import mxnet as mx  # noqa: E402
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
                       pin_variable_dtypes)
+from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
 from ._ops import BIAS_TWICE, EMULATED_OPS
@@ -165,7 +166,14 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         return sym
     pin_variable_dtypes(graph, variables)
     _pin_bias_shapes(graph, rewrite)
-    return load_graph(_rebuild(graph, rewrite, multicast))
+    return load_graph(carry_float32(_rebuild(graph, rewrite, multicast), _float32_entries))
+
+
+def _float32_entries(graph, entries):
+    """The entries of a rebuilt graph (variable dtypes pinned) that are float32."""
+    entries = sorted(entries)
+    types, _ = entry_dtypes(graph, entries, {})
+    return {entry for entry in entries if types[entry] == np.dtype(np.float32)}
 
 
 def _pin_bias_shapes(graph, rewrite):
@@ -282,6 +290,10 @@ def count_emulated(sym):
     """
     counts = {"to_float32": 0, "to_float16": 0}
     for node in graph_json(sym)["nodes"]:
+        if node["op"] == "_mxmixed_round16":  # a fused cast pair (see _carry.py)
+            counts["to_float32"] += "_emu_in" in node["name"]
+            counts["to_float16"] += "_emu_out" in node["attrs"]["fused"]
+            continue
         if node["op"] == "amp_cast" and ("_emu_in" in node["name"]
                                          or "_emu_out" in node["name"]):
             counts["to_" + node["attrs"]["dtype"]] += 1

@@ -24,8 +24,9 @@ REAL_HAS_OVERFLOW = LossScaler.has_overflow
 
 def _summable(grads):
     first = grads[0]
-    return fast_check_applies(first.dtype, first.context) and all(
-        g.dtype == first.dtype and g.context == first.context for g in grads)
+    dtype, ctx = first.dtype, first.context
+    return fast_check_applies(dtype, ctx) and all(
+        g.dtype == dtype and g.context == ctx for g in grads)
 
 
 def has_overflow(self, params):
@@ -45,7 +46,7 @@ def has_overflow(self, params):
     if not grads or not _summable(grads):
         return REAL_HAS_OVERFLOW(self, params)
     with autograd.pause():
-        suspects = nonfinite_sums(grads)
+        suspects = nonfinite_sums(grads, uniform=True)
         overflow = bool(suspects) and not each_finite(suspects)
     # MXNet 1.9.1's bookkeeping, as in LossScaler.has_overflow
     self._loss_scale = self._next_loss_scale

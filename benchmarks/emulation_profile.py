@@ -1,0 +1,150 @@
+"""Where the emulated AMP step spends its operator time, per op category (``mx.profiler``).
+
+For each workload of ``benchmarks/emulation.py`` (digits CNN, cifar_resnet20_v1) and
+``benchmarks/ssd_step.py`` (SSD mobilenet0.25), a fresh process profiles a few emulated AMP
+training steps (bulk execution off, so that every operator is named) and splits the operator
+time into:
+
+- casts: ``amp_cast``, ``Cast``, ``amp_multicast`` and their backward ops;
+- the float32 carry's rounding op (``_mxmixed_round16`` and its backward), when present;
+- emulated ops: the ops of :data:`mxmixed.emulation.EMULATED_OPS` (and their backward);
+- oneDNN reorders: operators named ``*reorder*`` (MXNet 1.9.1 runs most layout reorders inside
+  the op that needs them, so they show up in that op's time, not here);
+- the overflow check (``multi_sum_sq``, ``multi_all_finite``);
+- everything else.
+
+It says nothing about GPU speed. The profiler writes only into a temporary directory.
+
+Usage: ``python benchmarks/emulation_profile.py [--steps N] [--json PATH]``
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+WORKLOADS = ("digits_cnn", "cifar_resnet20_v1", "ssd")
+_ROW = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+CASTS = {"amp_cast", "amp_multicast", "Cast"}
+ROUND = {"_mxmixed_round16"}
+CHECK = {"multi_all_finite", "all_finite", "multi_sum_sq"}
+
+
+def category(op, emulated):
+    """The category of one profiler operator name."""
+    base = op[len("_backward_"):] if op.startswith("_backward_") else op
+    if base in CASTS:
+        return "casts"
+    if base in ROUND or base.startswith("_mxmixed_round16"):
+        return "rounding"
+    if "reorder" in op.lower():
+        return "reorders"
+    if base in CHECK:
+        return "overflow check"
+    if base in emulated or base.lstrip("_").replace("mkldnn_", "") in emulated:
+        return "emulated ops"
+    return "other"
+
+
+def profile(workload, steps):
+    """Profile ``steps`` emulated AMP steps of one workload in this process."""
+    import mxnet as mx
+    from mxmixed.emulation import EMULATED_OPS
+
+    namespace = {}
+    if workload == "ssd":
+        import ssd_step
+        exec(ssd_step.SETUP, namespace)  # noqa: S102 - our own setup code
+        step = namespace["setup"](amp_on=True)
+    else:
+        import emulation as bench
+        exec(bench.SETUP, namespace)  # noqa: S102 - our own setup code
+        step = namespace["setup"](workload, amp_on=True)
+    for _ in range(3):
+        step()
+    mx.nd.waitall()
+    with tempfile.TemporaryDirectory() as tmp:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True, continuous_dump=False,
+                               filename=os.path.join(tmp, "profile.json"))
+        mx.profiler.set_state("run")
+        for _ in range(steps):
+            step()
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        text = mx.profiler.dumps(reset=True)
+    ops, calls, section = {}, {}, None
+    for line in text.splitlines():
+        match = _ROW.match(line)
+        if match is None:
+            if line.strip() and not line.startswith(("Name", "----", " ", "\t", "=")):
+                section = line.strip()
+            continue
+        if section == "operator" and match.group(1) not in ("WaitForVar", "DeleteVariable"):
+            ops[match.group(1)] = ops.get(match.group(1), 0.0) + float(match.group(3))
+            calls[match.group(1)] = calls.get(match.group(1), 0) + int(match.group(2))
+    total = sum(ops.values()) or 1.0
+    shares, counts = {}, {}
+    for op, ms in ops.items():
+        key = category(op, EMULATED_OPS)
+        shares[key] = shares.get(key, 0.0) + ms / total
+        counts[key] = counts.get(key, 0) + calls[op] / steps
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:10]
+    return {"workload": workload, "op_ms_per_step": total / steps, "shares": shares,
+            "calls_per_step": counts,
+            "top_ops": [{"op": k, "ms_per_step": v / steps, "share": v / total} for k, v in top]}
+
+
+def run(steps=5, root=None):
+    """Profile every workload, each in a fresh process (AMP cannot be undone); ``root`` is
+    the mxmixed tree to import (this one by default), to profile another version."""
+    results = []
+    env = dict(os.environ, PYTHONPATH=root or os.path.dirname(HERE),
+               MXNET_EXEC_BULK_EXEC_TRAIN="0", MXNET_EXEC_BULK_EXEC_INFERENCE="0")
+    for workload in WORKLOADS:
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", workload,
+                               "--steps", str(steps)], capture_output=True, text=True, env=env)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            results.append({"workload": workload, "error": proc.stderr[-2000:]})
+        else:
+            results.append(json.loads(lines[-1][len("RESULT "):]))
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--root", help="the mxmixed tree to profile (default: this one)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print("RESULT " + json.dumps(profile(args.one, args.steps)))
+        return 0
+    results = run(args.steps, args.root)
+    cats = ("casts", "rounding", "emulated ops", "reorders", "overflow check", "other")
+    print("Operator time of the emulated AMP step, shares per category (mx.profiler)")
+    print("%-18s %9s " % ("workload", "op ms") + " ".join("%14s" % c for c in cats))
+    for r in results:
+        if "error" in r:
+            print("%-18s error: %s" % (r["workload"], r["error"].splitlines()[-1:]))
+            continue
+        print("%-18s %9.1f " % (r["workload"], r["op_ms_per_step"])
+              + " ".join("%13.1f%%" % (100 * r["shares"].get(c, 0.0)) for c in cats))
+        print("    calls per step: " + ", ".join(
+            "%s %d" % (c, r["calls_per_step"].get(c, 0)) for c in cats if c in r["calls_per_step"]))
+        print("    top: " + ", ".join("%s %.0f%%" % (t["op"], 100 * t["share"])
+                                      for t in r["top_ops"][:6]))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+// _mxmixed_round16: float32 in, float32 out holding the float16-rounded value (IEEE
+// round-to-nearest-even, overflow to inf, float16 subnormals and zero), in one pass.
+// Backward rounds the gradient the same way: a float16 gradient carried as float32.
+// It stands for a float16 cast pair (float32 -> float16 -> float32) between two emulated ops;
+// the graph pass of mxmixed.emulation inserts it. Built by mxmixed/emulation/_round16.py.
+#include <cstdint>
+#include "mxnet/lib_api.h"
+
+using namespace mxnet::ext;
+
+static void round16(const float* in, float* out, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<_Float16>(in[i]));
+}
+
+static MXReturnValue parseAttrs(const std::unordered_map<std::string, std::string>& attrs,
+                                int* num_in, int* num_out) {
+  *num_in = 1;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+static MXReturnValue inferType(const std::unordered_map<std::string, std::string>& attrs,
+                               std::vector<int>* in_types, std::vector<int>* out_types) {
+  if (in_types->at(0) != kFloat32) {
+    MX_ERROR_MSG << "_mxmixed_round16 takes float32 input";
+    return MX_FAIL;
+  }
+  out_types->at(0) = kFloat32;
+  return MX_SUCCESS;
+}
+
+static MXReturnValue inferShape(const std::unordered_map<std::string, std::string>& attrs,
+                                std::vector<std::vector<unsigned int>>* in_shapes,
+                                std::vector<std::vector<unsigned int>>* out_shapes) {
+  out_shapes->at(0) = in_shapes->at(0);
+  return MX_SUCCESS;
+}
+
+static MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
+                             std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                             const OpResource& res) {
+  round16(inputs->at(0).data<float>(), outputs->at(0).data<float>(), inputs->at(0).size());
+  return MX_SUCCESS;
+}
+
+// inputs: the output gradient first (then the forward's input and output, unused)
+static MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs,
+                              std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                              const OpResource& res) {
+  round16(inputs->at(0).data<float>(), outputs->at(0).data<float>(), inputs->at(0).size());
+  return MX_SUCCESS;
+}
+
+REGISTER_OP(_mxmixed_round16)
+.setForward(forward, "cpu")
+.setBackward(backward, "cpu")
+.setParseAttrs(parseAttrs)
+.setInferType(inferType)
+.setInferShape(inferShape);
+
+MXReturnValue initialize(int version) {
+  return version >= 10900 ? MX_SUCCESS : MX_FAIL;
+}

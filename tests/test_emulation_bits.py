@@ -1,0 +1,64 @@
+"""Cutting the emulation's casts keeps every bit: outputs, losses and gradients of one training step.
+
+``tests/data/emulation_digests.json`` holds the sha256 of each output, loss and parameter
+gradient of one emulated AMP training step per model family, recorded on the emulation that
+wrapped every emulated op in its own float16 cast pair (``make_emulation_digests.py``). The
+same step must give the same bytes on the current emulation, both with the compiled rounding
+op of the float32 carry and with its fallback when no compiler is present (the cast pairs).
+Float32 kernels differ between CPUs, so the comparison runs only on a CPU like the one the
+table was recorded on.
+"""
+import importlib.util
+import json
+import os
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_SPEC = importlib.util.spec_from_file_location(
+    "make_emulation_digests", os.path.join(HERE, "data", "make_emulation_digests.py"))
+digests = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(digests)
+
+with open(digests.OUTPUT) as _handle:
+    TABLE = json.load(_handle)
+
+FAMILIES = sorted(TABLE["families"])
+SAME_CPU = digests.cpu_fingerprint() == TABLE["cpu"]
+ROUTES = {"round16": {}, "no_compiler": {"CXX": "/nonexistent/c++"}}
+_CACHE = {}
+
+
+@pytest.fixture(params=sorted(ROUTES))
+def current(request, tmp_path_factory):
+    if not SAME_CPU:
+        pytest.skip("the digests were recorded on %s; float32 kernels give other bits on this "
+                    "CPU (%s)" % (TABLE["cpu"]["model"], digests.cpu_fingerprint()["model"]))
+    route = request.param
+    if route not in _CACHE:
+        env = dict(ROUTES[route], MXMIXED_CACHE_DIR=str(tmp_path_factory.mktemp(route)))
+        if route == "round16":  # the session's build, if one was made already
+            env["MXMIXED_CACHE_DIR"] = os.environ.get("MXMIXED_CACHE_DIR",
+                                                      env["MXMIXED_CACHE_DIR"])
+        _CACHE[route] = digests.all_digests(env)
+    used = _CACHE[route]["_round16"]
+    if route == "round16":
+        assert used == "built and loaded"
+    else:
+        assert "no C++ compiler" in used
+    return _CACHE[route]
+
+
+def test_table_covers_every_zoo_family():
+    assert {"classification", "ssd", "yolo", "segmentation", "pose"} <= set(FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_training_step_is_bit_identical(family, current):
+    want, got = TABLE["families"][family], current[family]
+    assert got["outputs"] == want["outputs"]
+    assert got["loss"] == want["loss"]
+    assert len(got["grads"]) == len(want["grads"])
+    changed = [i for i, (a, b) in enumerate(zip(got["grads"], want["grads"])) if a != b]
+    assert not changed, "gradients %s differ" % changed
+    assert got.get("inference") == want.get("inference")

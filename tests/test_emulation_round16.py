@@ -1,0 +1,179 @@
+"""The float32 carry's rounding op: built with the system compiler, the same bits as a cast pair.
+
+``_mxmixed_round16`` must equal ``amp_cast`` to float16 then back to float32 (and NumPy's
+IEEE float16 conversion) on every float16 value, every halfway point between neighbours, the
+overflow threshold, the subnormal range, infinities and NaN, forward and backward. The graph
+pass must use it only between a rounding and a widening, and leave the cast pairs when the
+carry is switched off or no compiler is present.
+"""
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import autograd
+
+from mxmixed import emulation
+from mxmixed.emulation import _round16
+from mxmixed.emulation._carry import carry_float32
+
+F16 = np.float16
+
+
+def crafted_values():
+    """float32 values around every float16 value: exact, halfway points and one ulp beside."""
+    halves = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16).view(F16)
+    exact = halves[np.isfinite(halves)].astype(np.float32)
+    ordered = np.sort(exact)
+    mids = (ordered[:-1].astype(np.float64) + ordered[1:]) / 2
+    mids = mids.astype(np.float32)
+    beside = np.concatenate([np.nextafter(mids, np.float32(np.inf)),
+                             np.nextafter(mids, np.float32(-np.inf))])
+    edges = np.array([65504, 65519.99, 65520, 65536, 1e30, 3.4e38, 2.0 ** -24, 2.0 ** -25,
+                      1.5 * 2.0 ** -25, 2.0 ** -26, 1e-30, 1e-45, np.inf],
+                     dtype=np.float32)
+    rng = np.random.RandomState(0)
+    noise = rng.randint(0, 1 << 32, 200000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.concatenate([exact, mids, beside, edges, -edges, noise])
+    return values[~np.isnan(values)]
+
+
+def round16_symbol(op):
+    nodes = [{"op": "null", "name": "x", "inputs": []},
+             {"op": op, "name": "r", "inputs": [[0, 0, 0]]}]
+    return mx.sym.load_json(json.dumps({"nodes": nodes, "arg_nodes": [0],
+                                        "heads": [[1, 0, 0]]}))
+
+
+@pytest.fixture(scope="module")
+def op():
+    name = _round16.round16_op()
+    if name is None:
+        pytest.skip("no C++ compiler here: " + _round16.status())
+    return name
+
+
+def test_build_makes_a_library_in_the_directory_asked(tmp_path):
+    if _round16.round16_op() is None:
+        pytest.skip("no C++ compiler here: " + _round16.status())
+    path = _round16.build(str(tmp_path))
+    assert os.path.dirname(path) == str(tmp_path) and path.endswith(".so")
+    assert os.listdir(str(tmp_path)) == [os.path.basename(path)]  # no half-written file left
+    assert _round16.build(str(tmp_path)) == path  # cached
+
+
+def test_build_without_a_compiler_says_so(tmp_path):
+    with pytest.raises(RuntimeError, match="no C.. compiler"):
+        _round16.build(str(tmp_path), cxx="/nonexistent/c++")
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_forward_and_backward_round_as_a_cast_pair_does(op):
+    values = crafted_values()
+    x = mx.nd.array(values, dtype="float32")
+    x.attach_grad()
+    cached = mx.nd.CachedOp(round16_symbol(op))
+    head = mx.nd.array(values[::-1].copy(), dtype="float32")
+    with autograd.record():
+        out = cached(x)
+    out.backward(head)
+    pair = mx.nd.amp_cast(mx.nd.amp_cast(x, dtype="float16"), dtype="float32").asnumpy()
+    numpy_ref = values.astype(F16).astype(np.float32)
+    assert np.array_equal(out.asnumpy().view(np.uint32), pair.view(np.uint32))
+    assert np.array_equal(out.asnumpy().view(np.uint32), numpy_ref.view(np.uint32))
+    grad_ref = values[::-1].astype(F16).astype(np.float32)
+    assert np.array_equal(x.grad.asnumpy().view(np.uint32), grad_ref.view(np.uint32))
+
+
+def test_nan_stays_nan(op):
+    x = mx.nd.array(np.array([np.nan, -np.nan], dtype=np.float32))
+    assert np.isnan(mx.nd.CachedOp(round16_symbol(op))(x).asnumpy()).all()
+
+
+def chain():
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, name="c1")
+    bn = mx.sym.BatchNorm(conv, name="bn")
+    relu = mx.sym.Activation(bn, act_type="relu", name="r")
+    out = mx.sym.Convolution(relu, kernel=(3, 3), num_filter=4, name="c2")
+    types = {"data": F16, "c1_weight": F16, "c1_bias": F16, "c2_weight": F16, "c2_bias": F16}
+    types.update({"bn_" + k: np.float32 for k in ("gamma", "beta", "moving_mean",
+                                                   "moving_var")})
+    return out, types
+
+
+def ops_of(sym):
+    return [n["op"] for n in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]]
+
+
+def test_pass_carries_float32_between_emulated_ops(op):
+    sym, types = chain()
+    ops = ops_of(emulation.emulate_symbol(sym, types))
+    # c1's bias rounding, c1 -> bn, bn -> relu, relu -> c2, c2's bias rounding
+    assert ops.count(op) == 5
+    # left: the widening of data, weights and biases, and the output's rounding
+    assert ops.count("amp_cast") == 6
+    assert emulation.count_emulated(emulation.emulate_symbol(sym, types)) == {
+        "to_float32": 8, "to_float16": 4}
+
+
+def test_switching_the_carry_off_keeps_the_cast_pairs(op, monkeypatch):
+    sym, types = chain()
+    monkeypatch.setenv("MXMIXED_EMULATION_CARRY", "0")
+    ops = ops_of(emulation.emulate_symbol(sym, types))
+    assert op not in ops
+    assert ops.count("amp_cast") == 16
+
+
+def shared_graph():
+    data = mx.sym.var("data")
+    act = mx.sym.Activation(data, act_type="relu", name="a")
+    both = mx.sym.elemwise_add(act, act, name="add")
+    return mx.sym.Group([mx.sym.Activation(both, act_type="tanh", name="b"), both])
+
+
+def test_a_graph_output_keeps_its_float16_copy(op):
+    ops = ops_of(emulation.emulate_symbol(shared_graph(), {"data": F16}))
+    # a -> add (one widening read twice) is carried; add is an output and keeps its cast
+    assert ops.count(op) == 1
+    assert ops.count("amp_cast") == 4
+
+
+def run_bound(sym, values, heads):
+    exe = emulation.emulate_symbol(sym, {"data": F16}).simple_bind(
+        mx.cpu(), data=values.shape, type_dict={"data": F16})
+    exe.arg_dict["data"][:] = values
+    outs = [o.asnumpy() for o in exe.forward(is_train=True)]
+    exe.backward([mx.nd.array(h, dtype=F16) for h in heads])
+    return outs + [exe.grad_dict["data"].asnumpy()]
+
+
+def test_carried_graph_gives_the_cast_pairs_bits(op, monkeypatch):
+    rng = np.random.RandomState(1)
+    values = (rng.standard_normal((4, 300)) * 300).astype(F16)
+    heads = [rng.standard_normal((4, 300)).astype(F16) * 1000 for _ in range(2)]
+    carried = run_bound(shared_graph(), values, heads)
+    monkeypatch.setenv("MXMIXED_EMULATION_CARRY", "0")
+    pairs = run_bound(shared_graph(), values, heads)
+    for a, b in zip(carried, pairs):
+        assert a.dtype == b.dtype == F16
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_without_the_op_the_pass_warns_and_leaves_the_graph(monkeypatch, caplog):
+    monkeypatch.setattr(_round16, "_STATE", {"tried": False, "op": None, "why": ""})
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    monkeypatch.setattr(_round16, "_cache_dir", lambda: "/nonexistent/cache")
+    graph = {"nodes": [{"op": "null", "name": "x", "inputs": []},
+                       {"op": "amp_cast", "name": "x_emu_out0", "attrs": {"dtype": "float16"},
+                        "inputs": [[0, 0, 0]]},
+                       {"op": "amp_cast", "name": "y_emu_in0", "attrs": {"dtype": "float32"},
+                        "inputs": [[1, 0, 0]]},
+                       {"op": "relu", "name": "y", "inputs": [[2, 0, 0]]}],
+             "arg_nodes": [0], "heads": [[3, 0, 0]]}
+    with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
+        assert carry_float32(graph, lambda g, entries: set(entries)) is graph
+    assert "cast pair instead" in caplog.text
