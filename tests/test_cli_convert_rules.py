@@ -244,11 +244,11 @@ def test_convert_help_documents_the_exit_codes_and_the_out_rule():
                           env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0
     for line in ("exit codes:", "  0  converted", "  1  validation failed",
-                 "  2  bad command line or input", "  3  writing the converted pair failed",
-                 "--out somedir/ or --out . is refused"):
+                 "  2  bad command line or input", "  3  writing the converted pair",
+                 "  130  interrupted (Ctrl-C)", "--out somedir/ or --out . is refused"):
         assert line in proc.stdout, line
     assert (cli.EXIT_OK, cli.EXIT_VALIDATION_FAILED, cli.EXIT_USAGE,
-            cli.EXIT_WRITE_FAILED) == (0, 1, 2, 3)
+            cli.EXIT_WRITE_FAILED, cli.EXIT_INTERRUPTED) == (0, 1, 2, 3, 130)
 
 
 @pytest.mark.parametrize("text, shape", [("3,224,224", (3, 224, 224)), ("8", (8,)),

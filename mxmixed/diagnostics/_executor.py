@@ -95,7 +95,7 @@ class Run:
         req = {n: ("write" if n in self.grads else "null") for n in args}
         types = {n: v.dtype for n, v in list(args.items()) + list(aux_values.items())}
         if ctx.device_type == "cpu":
-            sym = emulate_symbol(sym, types)
+            sym = emulate_symbol(sym, types, carry=False)  # every float16 tensor watched
         self.sym = sym
         self.graph = graph_json(sym)
         self.args = args

@@ -91,7 +91,7 @@ def bias_shape(op, attrs):
     return (-1,) + (1,) * rank
 
 
-def emulate_symbol(sym, type_dict=None, exclude=()):
+def emulate_symbol(sym, type_dict=None, exclude=(), carry=True):
     """Rewrite a Symbol so that its float16 GEMM-like ops run on CPU in emulation.
 
     Parameters
@@ -104,6 +104,10 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         determines are assumed float32.
     exclude : iterable of str, optional
         Node names to leave as they are.
+    carry : bool, default True
+        Carry float16 values between emulated ops as float32 through one rounding op
+        (:mod:`._carry`); False keeps every float16 tensor materialized, as the diagnostics
+        need to see each one. The values are the same either way.
 
     Returns
     -------
@@ -166,7 +170,8 @@ def emulate_symbol(sym, type_dict=None, exclude=()):
         return sym
     pin_variable_dtypes(graph, variables)
     _pin_bias_shapes(graph, rewrite)
-    return load_graph(carry_float32(_rebuild(graph, rewrite, multicast), _float32_entries))
+    rebuilt = _rebuild(graph, rewrite, multicast)
+    return load_graph(carry_float32(rebuilt, _float32_entries) if carry else rebuilt)
 
 
 def _float32_entries(graph, entries):
