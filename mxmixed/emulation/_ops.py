@@ -80,6 +80,12 @@ GEMM_OPS = {
     "RNN": OpSpec("no CPU float16 kernel; see the RNN note in mxmixed.emulation", (), None,
                   True, "cuDNN fused RNN: float32 math inside each step, float16 states "
                   "between steps (emulated at the op boundary)"),
+    # GPU: bilinear UpSampling runs MXNet's DeconvolutionOp (linalg_gemm on cuBLAS, float32
+    # compute) without bias, so one rounding; nearest is a copy (exact). Known difference
+    # kept: nearest with multi_input_mode='sum' adds its inputs in float32 and rounds once,
+    # where the GPU adds in float16 (equal for two inputs; three or more may differ by 1 ulp).
+    "UpSampling": OpSpec("no CPU float16 kernel for bilinear: 'FP16 gemm on cpu not "
+                         "implemented!'", (), None, True, ONE_ROUNDING),
     "dot": OpSpec("no CPU float16 kernel: dtype check fails in dot", (), None, True,
                   ONE_ROUNDING),
     "batch_dot": OpSpec("no CPU float16 kernel: dtype check fails in batch_dot", (), None,
