@@ -106,7 +106,7 @@ def emulate_symbol(sym, type_dict=None, exclude=(), carry=True):
         Node names to leave as they are.
     carry : bool, default True
         Carry float16 values between emulated ops as float32 through one rounding op
-        (:mod:`._carry`); False keeps every float16 tensor materialized, as the diagnostics
+        (``mxmixed.emulation._carry``); False keeps every float16 tensor materialized, as the diagnostics
         need to see each one. The values are the same either way.
 
     Returns
