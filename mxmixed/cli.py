@@ -377,12 +377,21 @@ def build_parser():
         description="Float16 mixed precision for Apache MXNet 1.9.1 (Gluon and Symbol APIs).")
     parser.add_argument("--version", action="version", version="mxmixed %s" % __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_info, _add_demo, _add_convert, _add_run):
+        add(sub)
+    return parser
+
+
+def _add_info(sub):
     info = sub.add_parser("info", help="MXNet build, GPUs, float16 and bfloat16 support and "
                                        "pinned versions")
     info.add_argument("--probe", action="store_true",
                       help="also time a float32 and a bfloat16 GEMM and convolution here "
                            "(a few seconds) and print the bfloat16 speed-up")
     info.set_defaults(func=_cmd_info)
+
+
+def _add_demo(sub):
     demo = sub.add_parser("demo", help="the whole story on the offline digits: float32 vs AMP, "
                                        "conversion to float16, validation, plots")
     demo.add_argument("--epochs", type=_int_at_least(1), default=5,
@@ -392,6 +401,9 @@ def build_parser():
     demo.add_argument("--out", default=os.path.join("results", "demo"),
                       help="results folder, created if missing (default: results/demo)")
     demo.set_defaults(func=_cmd_demo)
+
+
+def _add_convert(sub):
     conv = sub.add_parser(
         "convert", help="convert a float32 Symbol checkpoint to float16 (or bfloat16), with "
                         "a report",
@@ -449,6 +461,9 @@ def build_parser():
     conv.add_argument("--seed", type=_int_at_least(0), default=0,
                       help="seed of the random samples")
     conv.set_defaults(func=_cmd_convert)
+
+
+def _add_run(sub):
     run = sub.add_parser(
         "run", help="run any MXNet training script with the CPU float16 emulation",
         description="Run SCRIPT as __main__ with ARGS, as 'python SCRIPT ARGS' would, with the "
@@ -467,7 +482,6 @@ def build_parser():
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments (all of them, options included)")
     run.set_defaults(func=_cmd_run)
-    return parser
 
 
 def main(argv=None):
