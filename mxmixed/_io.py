@@ -242,7 +242,8 @@ def check_writable(paths):
     for path in paths:
         path = os.fspath(path)
         _check_target(path)
-        _remove_quietly([_create(path)])
+        with signals_held():
+            _remove_quietly([_create(path)])
         if os.path.lexists(path):
             os.close(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)
                              | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
@@ -364,7 +365,8 @@ def atomic_write_group(contents):
             for path in paths:
                 sweep_stale(path)
             for path, content in contents:
-                temps.append(_create(path))
+                with signals_held():  # a signal between the file's creation and this list
+                    temps.append(_create(path))  # would leave it behind
                 _fill(temps[-1], content, path)
             lock = _group_lock(paths[0]) if len(paths) > 1 else contextlib.nullcontext()
             with lock, signals_held():

@@ -68,13 +68,13 @@ def signals_held():
     def note(signum, frame):
         arrived.append(signum)
 
-    for signum in _HELD_SIGNALS:
-        handler = signal.getsignal(signum)
-        if handler in (signal.SIG_IGN, None):
-            continue
-        previous[signum] = handler
-        signal.signal(signum, note)
-    try:
+    try:  # a signal while the handlers are being swapped still finds them put back
+        for signum in _HELD_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler in (signal.SIG_IGN, None):
+                continue
+            previous[signum] = handler
+            signal.signal(signum, note)
         yield
     finally:
         for signum, handler in previous.items():
