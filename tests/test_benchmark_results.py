@@ -241,6 +241,23 @@ def _emulation_md(c):
     ]
 
 
+def _run_md(c):
+    table = "| comparison, quiet machine |"
+    ssd = lambda w, fig: _fig(c, "ssd_step", "SSD mobilenet0.25 " + w, fig)  # noqa: E731
+    check, casts = _fig(c, "ssd_step", "SSD mobilenet0.25", "share")["value"].split(" / ")
+    rows = [("| emulated AMP / float32, oneDNN on", ssd("(oneDNN on)", "emulated AMP step / float")),
+            ("| emulated AMP / float32, oneDNN off", ssd("(oneDNN off)", "emulated AMP step /")),
+            ("| emulated AMP with MXNet's", ssd("(MXNet's multi_all_finite)", "emulated")),
+            ("| emulated AMP / the same without", ssd("(oneDNN on)", "emulated AMP step / same")),
+            ("| in one process: emulated AMP with the new", ssd("(oneDNN on, one process)",
+                                                             "emulated AMP step, the")),
+            ("| in one process: emulated AMP without", ssd("(oneDNN on, one process)",
+                                                        "emulated AMP step, no"))]
+    return [((table, marker), "| %s |" % _ratio(f)) for marker, f in rows] + [
+        ("In that run the casts take", "casts take %s of the operator time and the overflow "
+                                       "check %s" % (casts, check))]
+
+
 def _bfloat16_md(c):
     table = "| workload | speed-up (median, min-max) |"
     bf = lambda w, fig: _fig(c, "bfloat16", w, fig)  # noqa: E731
@@ -324,7 +341,8 @@ def _unit(lines, where):
 
 @pytest.mark.parametrize("doc, quotes", [
     ("README.md", _readme), ("docs/emulation.md", _emulation_md),
-    ("docs/bfloat16.md", _bfloat16_md), ("docs/symbolic.md", _symbolic_md)])
+    ("docs/bfloat16.md", _bfloat16_md), ("docs/symbolic.md", _symbolic_md),
+    ("docs/run.md", _run_md)])
 def test_docs_quote_the_recorded_benchmark_copy(doc, quotes):
     copy = _record.load_latest()
     with open(os.path.join(ROOT, doc), encoding="utf-8") as handle:
