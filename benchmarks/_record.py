@@ -67,6 +67,9 @@ def _run_of(results):
 
 
 def _read_run(path):
+    if not os.path.exists(path):
+        raise RecordError("no results file at %s: run `make bench` first, or name the file "
+                          "a run wrote (--out)" % path)
     try:
         with open(path) as handle:
             run = json.load(handle)

@@ -148,7 +148,7 @@ def test_record_copies_a_suites_own_table_over_the_tracked_one(tmp_path):
 def test_record_command_says_why_in_one_line(tmp_path, capsys):
     assert run_all.main(["--record", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("run_all.py --record: cannot read") and "\n" not in err
+    assert err.startswith("run_all.py --record: no results file at") and "\n" not in err
 
 
 def test_the_committed_copy_is_one_dated_file_of_full_runs():
