@@ -17,7 +17,7 @@ else
   $(error MXNET must be mxnet (CPU) or mxnet-cu112 (CUDA 11.2), not '$(MXNET)')
 endif
 
-.PHONY: venv demo test notebooks docs bench clean
+.PHONY: venv demo test notebooks docs bench bench-record clean
 
 venv: $(STAMP)
 
@@ -46,9 +46,15 @@ docs: venv
 	$(PY) -m sphinx -n -W --keep-going -E -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "make docs: open docs/_build/html/index.html"
 
-# Every benchmark, one process each; writes benchmarks/results.json and prints a table.
+# Every benchmark, one process each; writes results/bench/results.json (untracked; or into
+# $$MXMIXED_BENCH_OUT) and prints a table. No tracked file changes.
 bench: venv
 	$(PY) benchmarks/run_all.py
+
+# Records the last `make bench` for the docs: merges its suites into the dated committed copy
+# benchmarks/recorded/<date>-results.json (replacing the older copy); then commit it.
+bench-record: venv
+	$(PY) benchmarks/run_all.py --record
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

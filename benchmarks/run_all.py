@@ -1,4 +1,4 @@
-"""``make bench``: run every benchmark, write ``benchmarks/results.json`` and print a table.
+"""``make bench``: run every benchmark, write ``results/bench/results.json`` and print a table.
 
 Each benchmark script runs in a process of its own (``amp.init`` cannot be undone, so no
 script may leave AMP or the emulation switched on for the next) and hands its figures back
@@ -11,8 +11,17 @@ median, with the minimum and maximum as the spread. Absolute times appear only n
 ratio. The memory figures are arithmetic (exact, one repetition), and the GPU figures are
 skipped, saying why, where MXNet sees no GPU.
 
+Where results go: outside the tracked tree, so a run changes no tracked file. By default
+``results/bench/results.json`` (git ignores ``results/``), or ``results.json`` in the folder
+``$MXMIXED_BENCH_OUT`` names, or ``--out PATH``; the suites with a full table of their own
+write it beside, as ``results-op_survey.json`` and ``results-onnx_zoo.json``. The docs and the
+tests read the committed copy ``benchmarks/recorded/<date>-results.json``; ``--record``
+(``make bench-record``) merges a run into it (see ``benchmarks/_record.py``).
+
 Usage: ``python benchmarks/run_all.py [--only NAME ...] [--skip NAME ...] [--quick]
 [--out PATH]``; ``--quick`` uses fewer repetitions, for a smoke run (not for the README).
+``python benchmarks/run_all.py --record [RUN.json ...]`` runs nothing: it records the runs
+(default: the last ``make bench``) into ``benchmarks/recorded/``.
 """
 import argparse
 import datetime
@@ -25,9 +34,10 @@ import sys
 import tempfile
 import time
 
+import _record
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-OUT = os.path.join(HERE, "results.json")
 
 # name, script, arguments (full run), arguments (--quick), what the suite measures
 SUITES = [
@@ -280,15 +290,18 @@ def figures(suite, raw):
 
 
 # ----------------------------------------------------------------------------- running
-def run_suite(name, script, args):
-    """Run one script with ``--json`` (op_survey: ``--out``); return (rc, raw JSON, seconds)."""
+def run_suite(name, script, args, out):
+    """Run one script with ``--json`` (op_survey: ``--out``); return (rc, raw JSON, seconds).
+
+    The suites of ``_record.SIDE_FILES`` keep their full table beside ``out``.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         target = os.path.join(tmp, "out.json")
-        if name == "op_survey":  # keeps its full table where it always was
-            target = os.path.join(HERE, "op_survey.json")
+        if name == "op_survey":
+            target = _record.side_file(out, name)
             args = args + ["--out", target]
-        elif name == "onnx_zoo":  # the source of docs/onnx.md's table
-            target = os.path.join(HERE, "onnx_zoo.json")
+        elif name == "onnx_zoo":  # the source of docs/onnx.md's table, once recorded
+            target = _record.side_file(out, name)
             args = args + ["--json", target]
         else:
             args = args + ["--json", target]
@@ -338,8 +351,17 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", choices=names, help="run just these")
     parser.add_argument("--skip", nargs="+", choices=names, default=[], help="leave these out")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    parser.add_argument("--out", default=OUT, help="where to write the results")
+    parser.add_argument("--out", default=None,
+                        help="where to write the results (default: %s)"
+                        % os.path.relpath(_record.default_out(), ROOT))
+    parser.add_argument("--record", nargs="*", metavar="RUN",
+                        help="run nothing; merge these results files (default: the last run's) "
+                             "into benchmarks/recorded/")
     args = parser.parse_args(argv)
+    if args.record is not None:
+        return record(args.record or [args.out or _record.default_out()])
+    args.out = os.path.abspath(args.out or _record.default_out())
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
 
     start = time.perf_counter()
     machine, versions = machine_and_versions()
@@ -361,7 +383,7 @@ def main(argv=None):
         if (args.only and name not in args.only) or name in args.skip:
             continue
         print("\n== %s (benchmarks/%s): %s" % (name, script, what), flush=True)
-        rc, raw, seconds = run_suite(name, script, quick if args.quick else full)
+        rc, raw, seconds = run_suite(name, script, quick if args.quick else full, args.out)
         entry = {"script": "benchmarks/" + script, "what": what, "how": HOW[name],
                  "arguments": quick if args.quick else full, "wall_s": round(seconds, 1),
                  "returncode": rc, "status": "ok" if rc == 0 and raw is not None else "failed"}
@@ -371,7 +393,7 @@ def main(argv=None):
             except (KeyError, TypeError, ValueError) as err:
                 entry["status"] = "failed"
                 entry["error"] = "could not read its results: %r" % (err,)
-            entry["raw"] = raw if name != "op_survey" else "see benchmarks/op_survey.json"
+            entry["raw"] = raw if name != "op_survey" else "see " + _record.side_file(args.out, name)
         results["suites"][name] = entry
     results["wall_s"] = round(time.perf_counter() - start, 1)
     # gpu_fidelity.py is a two-machine harness (cases on a CPU, PyTorch on a GPU), run by hand
@@ -379,14 +401,13 @@ def main(argv=None):
     results["not_run"] = sorted(f for f in os.listdir(HERE) if f.endswith(".py")
                                 and not f.startswith("_") and f not in known)
 
-    with open(args.out, "w") as handle:
-        json.dump(results, handle, indent=1, default=str)
-        handle.write("\n")
+    _record.write_json(args.out, results)
     print("\nmxmixed benchmarks, %s; %s, %d cores; mxnet %s (%s build); %.0f s in all"
           % (results["date"], machine["cpu"], machine["cores"] or 0, versions.get("mxnet"),
              machine.get("mxnet_build"), results["wall_s"]))
     print(table(results))
-    print("\nwrote %s" % os.path.relpath(args.out, ROOT))
+    print("\nwrote %s (not tracked; `make bench-record` records it for the docs)"
+          % os.path.relpath(args.out, ROOT))
     if results["not_run"]:
         print("NOTE: benchmarks/%s not run: add them to SUITES in benchmarks/run_all.py"
               % ", ".join(results["not_run"]), file=sys.stderr)
@@ -396,6 +417,21 @@ def main(argv=None):
     if failed:
         print("FAILED: %s" % ", ".join(failed), file=sys.stderr)
         return 1
+    return 0
+
+
+def record(paths):
+    """``--record``: merge the runs at ``paths`` into benchmarks/recorded/; exit status."""
+    try:
+        target, removed, sides = _record.record(paths)
+    except _record.RecordError as err:
+        print("run_all.py --record: %s" % err, file=sys.stderr)
+        return 2
+    rel = lambda p: os.path.relpath(p, ROOT)  # noqa: E731
+    print("recorded %s into %s%s%s; commit it: git add -A benchmarks/" % (
+        ", ".join(paths), rel(target),
+        "; replaces " + ", ".join(map(rel, removed)) if removed else "",
+        "; copied " + ", ".join(map(rel, sides)) if sides else ""))
     return 0
 
 

@@ -69,6 +69,9 @@ nitpick_ignore_regex = [(r"py:.*", r"~?mxmixed(\.\w+)*\._\w+.*")]
 
 # -- autodoc + autosummary + numpydoc --------------------------------------------------------
 autodoc_member_order = "bysource"
+# The public API is annotated, but the types are shown once, in the numpydoc Parameters and
+# Returns sections: in signatures MXNet's classes would be unresolvable references (no
+# intersphinx offline) and their full paths (mxnet.ndarray.ndarray.NDArray) would crowd them.
 autodoc_typehints = "none"
 # Our classes subclass MXNet's (gluon.HybridBlock, ...): their undocumented overrides would
 # otherwise inherit MXNet's docstrings, which are not ours to keep warning-free.

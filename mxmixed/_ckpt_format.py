@@ -7,6 +7,7 @@ described in :mod:`mxmixed.checkpoint`; the plain data of ``extra`` and of the o
 import json
 import os
 import zipfile
+from typing import Any, Dict, Union
 
 import numpy as np
 
@@ -247,7 +248,7 @@ def parse_manifest(path, members):
     return manifest
 
 
-def read_manifest(path):
+def read_manifest(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """The manifest of a checkpoint: versions, parameter names, shapes and dtypes.
 
     Reading it runs no code, for any file: sizes and nesting are checked first.

@@ -4,6 +4,8 @@ parameters hold inf or NaN when it fails.
 Only MXNet and NumPy here, so the training layer and the diagnostics can both use it
 (:func:`mxmixed.diagnostics.nonfinite_gradients` is this module's function).
 """
+from typing import Dict, Optional, Sequence, Tuple, Union
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd
@@ -195,11 +197,11 @@ class NonfiniteGradients:
         return len(self.entries)
 
     @property
-    def origin(self):
+    def origin(self) -> Optional[Tuple[str, str]]:
         """(str, str) or None: the first entry in backward order (the last one given)."""
         return self.entries[-1] if self.entries else None
 
-    def describe(self):
+    def describe(self) -> str:
         """One paragraph for an error message.
 
         Returns
@@ -227,7 +229,8 @@ class NonfiniteGradients:
         return self.describe()
 
 
-def nonfinite_gradients(params):
+def nonfinite_gradients(params: Union[Sequence[mx.gluon.Parameter], Dict[str, mx.gluon.Parameter]]
+                        ) -> "NonfiniteGradients":
     """Check each parameter's gradient for inf and NaN: two reductions per parameter, one sync.
 
     Parameters

@@ -6,6 +6,11 @@ nothing of mxmixed, so that :mod:`mxmixed.training` and :mod:`mxmixed.distribute
 use it; :mod:`mxmixed.distributed` re-exports it.
 """
 
+from typing import TYPE_CHECKING, Optional, Union
+
+if TYPE_CHECKING:  # for the annotations only
+    import mxnet as mx
+
 __all__ = ["kvstore_name", "is_distributed", "trainer_is_distributed", "init_kvstore",
            "ensure_local_updates", "ready_kvstore"]
 
@@ -27,7 +32,7 @@ def kvstore_name(kvstore):
     return kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "") or ""
 
 
-def is_distributed(kvstore):
+def is_distributed(kvstore: Union[str, "mx.kvstore.KVStore", None]) -> bool:
     """Whether ``kvstore`` (a name or a KVStore) is a distributed ps-lite kvstore.
 
     Parameters
@@ -55,7 +60,7 @@ def trainer_is_distributed(trainer):
     return is_distributed(trainer._kvstore_params.get("kvstore"))
 
 
-def init_kvstore(trainer):
+def init_kvstore(trainer: "mx.gluon.Trainer") -> Optional["mx.kvstore.KVStore"]:
     """Create the Trainer's kvstore now and give every worker rank 0's initial parameters.
 
     Call it once, after :func:`mxmixed.init_trainer` and before the first forward pass.

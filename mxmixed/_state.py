@@ -58,7 +58,7 @@ AMP = _AmpState()
 EMULATION = _EmulationState()
 
 
-def amp_initialized():
+def amp_initialized() -> bool:
     """Whether AMP's patches are in place (from ``mxmixed.init``, ``amp.init`` or a scope).
 
     Returns

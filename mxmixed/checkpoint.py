@@ -83,6 +83,7 @@ import os
 import pickle
 import warnings
 import zipfile
+from typing import Any, Optional, Union
 
 import mxnet as mx
 
@@ -95,6 +96,7 @@ from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICK
 from ._ckpt_trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
                             set_trainer_json, set_trainer_states, trainer_params)
 from ._version import __version__
+from .scaler import LossScaler
 from .training import loss_scaler
 
 __all__ = ["save", "load", "read_manifest", "CheckpointError", "FORMAT_VERSION"]
@@ -123,7 +125,9 @@ def _params_bytes(named):
     return _untrusted.nd_bytes(arrays), rows
 
 
-def save(path, net, trainer=None, scaler=None, extra=None):
+def save(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
+         trainer: Optional[mx.gluon.Trainer] = None, scaler: Optional[LossScaler] = None,
+         extra: Any = None) -> None:
     """Write a checkpoint of ``net`` (and a trainer, a loss scaler and ``extra``) atomically.
 
     Parameters
@@ -235,7 +239,9 @@ def _archive(members):
 
 
 # ----------------------------------------------------------------------------- load
-def load(path, net, trainer=None, scaler=None, trusted=False):
+def load(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
+         trainer: Optional[mx.gluon.Trainer] = None, scaler: Optional[LossScaler] = None,
+         trusted: bool = False) -> Any:
     """Restore a checkpoint written by :func:`save` into ``net`` (and a trainer and scaler).
 
     Everything is read and checked first: a truncated or corrupt file, or one that does not

@@ -19,9 +19,14 @@ and examples, is :func:`mxmixed.tutorial.local_job.run_local`.
 """
 import os
 import sys
+from typing import IO, TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from . import checkpoint
 from ._kvstore import init_kvstore, is_distributed, kvstore_name
+from .scaler import LossScaler
+
+if TYPE_CHECKING:  # for the annotations only: checkpoint imports MXNet when it runs
+    import mxnet as mx
 
 __all__ = ["launcher_env", "rank", "num_workers", "is_distributed", "check_launched",
            "announce", "init_kvstore", "save_checkpoint"]
@@ -31,7 +36,7 @@ ANNOUNCE = "mxmixed-worker"
 
 
 # ----------------------------------------------------------------------------- where am I
-def launcher_env(environ=None):
+def launcher_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """What the launcher told this process, from its environment.
 
     Parameters
@@ -60,7 +65,7 @@ def launcher_env(environ=None):
             "root": root}
 
 
-def rank(kvstore=None):
+def rank(kvstore: Optional["mx.kvstore.KVStore"] = None) -> int:
     """The rank of this worker, from 0 to ``num_workers() - 1``.
 
     Parameters
@@ -85,7 +90,7 @@ def rank(kvstore=None):
     return 0 if task is None else task
 
 
-def num_workers(kvstore=None):
+def num_workers(kvstore: Optional["mx.kvstore.KVStore"] = None) -> int:
     """How many workers the job has.
 
     Parameters
@@ -104,7 +109,7 @@ def num_workers(kvstore=None):
     return 1 if count is None else count
 
 
-def check_launched(kvstore):
+def check_launched(kvstore: Union[str, "mx.kvstore.KVStore"]) -> None:
     """Raise a clear error when a distributed kvstore is requested outside a launcher.
 
     Without the launcher's environment, ``mx.kv.create('dist_sync')`` fails deep in ps-lite.
@@ -127,7 +132,7 @@ def check_launched(kvstore):
                         os.path.basename(sys.argv[0] or "train.py")))
 
 
-def announce(kvstore, stream=None):
+def announce(kvstore: Optional["mx.kvstore.KVStore"], stream: Optional[IO[str]] = None) -> None:
     """Print one line that ties this worker's launcher task id to its kvstore rank and pid.
 
     :func:`mxmixed.tutorial.local_job.run_local` reads it to name a dead worker by its rank.
@@ -145,8 +150,11 @@ def announce(kvstore, stream=None):
 
 
 # ----------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path, net, trainer=None, scaler=None, extra=None, kvstore=None,
-                    barrier=True):
+def save_checkpoint(path: Union[str, "os.PathLike[str]"], net: "mx.gluon.Block",
+                    trainer: Optional["mx.gluon.Trainer"] = None,
+                    scaler: Optional[LossScaler] = None, extra: Any = None,
+                    kvstore: Union["mx.kvstore.KVStore", int, None] = None,
+                    barrier: bool = True) -> bool:
     """Write a checkpoint from rank 0 only, atomically (:func:`mxmixed.checkpoint.save`).
 
     Every worker calls it at the same point; only rank 0 writes. With ``barrier`` the workers

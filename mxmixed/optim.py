@@ -24,6 +24,7 @@ Two ways to get it here:
 """
 import warnings
 from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from mxnet.optimizer import Optimizer
 from ._kvstore import kvstore_name
 
 __all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weights"]
+
+# what a Trainer takes as its parameters
+_Params = Union[gluon.ParameterDict, Dict[str, gluon.Parameter], Sequence[gluon.Parameter]]
 
 _FLOAT16 = np.dtype(np.float16)
 _FLOAT32 = np.dtype(np.float32)
@@ -55,7 +59,7 @@ _REFUSED = {
 }
 
 
-def param_list(params, what="params"):
+def param_list(params: _Params, what: str = "params") -> List[gluon.Parameter]:
     """The ``gluon.Parameter`` objects of ``params``, checked: not empty, no name twice.
 
     Parameters
@@ -128,7 +132,9 @@ def _check_optimizer_instance(optimizer, optimizer_params):
                          % type(optimizer).__name__)
 
 
-def multi_precision_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="device"):
+def multi_precision_trainer(params: _Params, optimizer: Union[str, Optimizer] = "sgd",
+                            optimizer_params: Optional[Dict[str, Any]] = None,
+                            kvstore: Union[str, mx.kvstore.KVStore] = "device") -> gluon.Trainer:
     """A Gluon ``Trainer`` that keeps float32 master copies of the float16 parameters.
 
     It is ``gluon.Trainer(params, optimizer, {..., 'multi_precision': True}, kvstore,
@@ -219,7 +225,7 @@ def _master_position(optimizer):
     return 1      # SGD, NAG, LARS: (momentum, master)
 
 
-def master_weights(trainer):
+def master_weights(trainer: gluon.Trainer) -> "OrderedDict[str, mx.nd.NDArray]":
     """The float32 master weights a multi-precision Trainer keeps.
 
     Parameters

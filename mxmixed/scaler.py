@@ -11,6 +11,7 @@ state to save, and applies a back-off one step late.
 """
 import math
 from collections import deque
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -185,9 +186,10 @@ class LossScaler:
     128.0
     """
 
-    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, min_scale=1.0, max_scale=2.0 ** 24, hysteresis=1,
-                 dynamic=True, history_size=10000):
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 min_scale: Optional[float] = 1.0, max_scale: Optional[float] = 2.0 ** 24,
+                 hysteresis: int = 1, dynamic: bool = True, history_size: int = 10000) -> None:
         config = _check_config(init_scale, growth_factor, backoff_factor, growth_interval,
                                min_scale, max_scale, hysteresis, dynamic, history_size)
         self._scale = _as_float32(init_scale)
@@ -200,7 +202,7 @@ class LossScaler:
         self._last_skipped = False
 
     @classmethod
-    def static(cls, scale):
+    def static(cls, scale: float) -> "LossScaler":
         """A static scaler (never changes its scale).
 
         Parameters
@@ -216,27 +218,27 @@ class LossScaler:
 
     # -- what users read
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> float:
         """float: the scale the next backward pass uses."""
         return self._scale
 
     @property
-    def skipped_steps(self):
+    def skipped_steps(self) -> int:
         """int: how many steps were skipped because gradients overflowed."""
         return self._skipped
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         """int: how many steps were checked (applied plus skipped)."""
         return self._steps
 
     @property
-    def last_step_skipped(self):
+    def last_step_skipped(self) -> bool:
         """bool: whether the most recent step was skipped."""
         return self._last_skipped
 
     @property
-    def at_floor(self):
+    def at_floor(self) -> bool:
         """bool: whether an overflow now can back off no further, by ``min_scale``.
 
         The Trainer's overflow check raises :class:`LossScaleError` on an overflow in this state.
@@ -244,7 +246,7 @@ class LossScaler:
         return self.dynamic and self.min_scale is not None and self._scale <= self.min_scale
 
     @property
-    def history(self):
+    def history(self) -> List[Tuple[int, float, bool]]:
         """list of (step, loss_scale, overflow): the scale each recent step used."""
         return list(self._history)
 
@@ -254,7 +256,7 @@ class LossScaler:
                 % (kind, self._scale, self._steps, self._skipped))
 
     # -- the policy
-    def update(self, overflow):
+    def update(self, overflow: bool) -> None:
         """Record one step's outcome and move the scale as the policy says.
 
         Parameters
@@ -296,7 +298,7 @@ class LossScaler:
             self._scale = scale
 
     # -- saving and restoring
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The scaler's state and configuration, as plain Python values (JSON-safe).
 
         Returns
@@ -313,7 +315,7 @@ class LossScaler:
                            "max_scale": self.max_scale, "hysteresis": self.hysteresis,
                            "dynamic": self.dynamic}}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`, in place.
 
         The scaler stays the same object, so a Trainer it is attached to uses the restored scale

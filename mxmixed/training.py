@@ -13,6 +13,7 @@ import contextlib
 import math
 import numbers
 import warnings
+from typing import Iterator, List, Union
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from .scaler import LossScaler
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
+
+_Losses = Union[mx.nd.NDArray, List[mx.nd.NDArray]]  # a loss, or the losses of several devices
 
 
 def _check_trainer(trainer, name):
@@ -90,7 +93,8 @@ def _warn_precision(trainer):
                       "is visible) before building the net" % EMULATION_HINT, stacklevel=3)
 
 
-def init_trainer(trainer, scaler="auto", replace=False):
+def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] = "auto",
+                 replace: bool = False) -> LossScaler:
     """Attach a loss scaler to a Gluon Trainer and make it safe for mixed precision.
 
     Works after :func:`init` / :func:`amp_scope` (AMP) and for ``net.cast('float16')`` nets
@@ -180,7 +184,7 @@ def init_trainer(trainer, scaler="auto", replace=False):
     return scaler
 
 
-def loss_scaler(trainer):
+def loss_scaler(trainer: gluon.Trainer) -> LossScaler:
     """The :class:`LossScaler` attached by :func:`init_trainer`.
 
     Parameters
@@ -216,7 +220,7 @@ def loss_scaler(trainer):
 
 
 @contextlib.contextmanager
-def scale_loss(loss, trainer):
+def scale_loss(loss: _Losses, trainer: gluon.Trainer) -> Iterator[_Losses]:
     """Scale a loss (or a list of losses) for backward, as ``amp.scale_loss`` does.
 
     Use it inside ``autograd.record()``, so that the scaling is part of the recorded graph. The
@@ -285,7 +289,7 @@ def _reduces(trainer):
     return len(trainer._contexts) > 1 or trainer_is_distributed(trainer)
 
 
-def unscale(trainer):
+def unscale(trainer: gluon.Trainer) -> None:
     """Divide the gradients by the loss scale in place, so they can be inspected.
 
     .. note::
@@ -353,7 +357,7 @@ def _sum_of_squares(grads):
         return float(mx.nd.add_n(*parts).asscalar())
 
 
-def clip_global_norm(trainer, max_norm):
+def clip_global_norm(trainer: gluon.Trainer, max_norm: float) -> float:
     """Clip the global L2 norm of the true (unscaled) gradients to ``max_norm``.
 
     The norm is that of the gradient of the loss as passed to ``backward``. For a per-sample
@@ -419,7 +423,7 @@ def clip_global_norm(trainer, max_norm):
     return norm
 
 
-def step(trainer, batch_size, ignore_stale_grad=False):
+def step(trainer: gluon.Trainer, batch_size: int, ignore_stale_grad: bool = False) -> bool:
     """``trainer.step`` that says whether the update was applied or skipped.
 
     Advance a learning-rate schedule only on applied steps. Under a distributed kvstore it

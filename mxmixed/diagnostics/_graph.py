@@ -5,6 +5,7 @@ Every diagnostic works on a Symbol graph. A Gluon ``HybridBlock`` is traced by c
 ``mx.sym.var('data')``; that does not touch its cached graph, its parameters or its gradients.
 """
 import re
+from typing import Dict, Tuple, Union
 
 import numpy as np
 
@@ -18,6 +19,10 @@ from .._graph import last_line
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
 LABEL = "label"
+
+# The annotations of the public functions: a batch (data, or data and label) and input shapes.
+Batch = Union[mx.nd.NDArray, Tuple[mx.nd.NDArray, mx.nd.NDArray]]
+InputShape = Union[Tuple[int, ...], Dict[str, Tuple[int, ...]]]
 _EMU = re.compile(r"_emu_(in\d+|out\d+|round0|widen0|bias|biasadd0)$")
 _EMU_INSIDE = re.compile(r"_emu_(?:in\d+|out\d+|round0|widen0|bias|biasadd0)(?=_|$)")
 

@@ -16,11 +16,17 @@ here are computed by casting to float16 (NumPy rounds to nearest even, as a GPU 
 value lands exactly where a float16 cast would put it.
 """
 from collections import namedtuple
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 
+if TYPE_CHECKING:  # for the annotations only: this module needs no MXNet
+    import mxnet as mx
+
 __all__ = ["FLOAT16_MAX", "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO",
            "FLOAT16_OVERFLOW", "LOG2_EDGES", "RangeShares", "float16_shares", "log2_histogram"]
+
+_Values = Union[np.ndarray, Sequence[float], "mx.nd.NDArray"]
 
 FLOAT16_MAX = 65504.0
 """float: the largest finite float16."""
@@ -94,7 +100,7 @@ def _as_float64(values):
     return np.asarray(values, dtype=np.float64).ravel()
 
 
-def log2_histogram(values):
+def log2_histogram(values: _Values) -> np.ndarray:
     """Histogram of ``log2 |x|`` over the nonzero finite values, one bin per power of two.
 
     Parameters
@@ -112,7 +118,7 @@ def log2_histogram(values):
     return counts.astype(np.int64)
 
 
-def float16_shares(values, scale=1.0, name=""):
+def float16_shares(values: _Values, scale: float = 1.0, name: str = "") -> "RangeShares":
     """Where values land when multiplied by ``scale`` and cast to float16.
 
     Parameters

@@ -7,6 +7,7 @@ left alone), or reads the gradients a backward pass left on the net.
 """
 import math
 from collections import OrderedDict
+from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
@@ -14,7 +15,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from ._executor import Namer, Run
-from ._graph import (DATA, LABEL, check_block, check_has_gradients, check_initialized,
+from ._graph import (DATA, LABEL, Batch, check_block, check_has_gradients, check_initialized,
                      split_batch, strip_amp_casts, trace)
 from .float16 import FLOAT16_MAX, LOG2_EDGES, combine, float16_shares
 
@@ -25,8 +26,10 @@ ACTIVATION_MARK = " (output gradient)"
 
 
 # ---------------------------------------------------------------- collecting gradients
-def collect_gradients(net, batch=None, loss_fn=None, activations=False, grad_scale=1.0,
-                      ctx=None):
+def collect_gradients(net: gluon.HybridBlock, batch: Optional[Batch] = None,
+                      loss_fn: Optional[gluon.loss.Loss] = None, activations: bool = False,
+                      grad_scale: float = 1.0, ctx: Optional[mx.Context] = None
+                      ) -> "OrderedDict[str, np.ndarray]":
     """The gradients of a Gluon net's parameters (and, optionally, of its activations).
 
     Parameters
@@ -163,7 +166,7 @@ class GradientStats:
     def __getitem__(self, name):
         return self.tensors[name]
 
-    def table(self, width=48):
+    def table(self, width: int = 48) -> str:
         """A text table: one row per tensor and a pooled row, shares in percent.
 
         Returns
@@ -190,7 +193,8 @@ class GradientStats:
                                     t.overflow))
 
 
-def gradient_stats(gradients, scale=1.0, **collect_kwargs):
+def gradient_stats(gradients: Union[Mapping[str, Any], gluon.HybridBlock], scale: float = 1.0,
+                   **collect_kwargs: Any) -> "GradientStats":
     """Where each gradient lands in float16 at a loss scale: shares and log2 histograms.
 
     Parameters
@@ -264,12 +268,12 @@ class LossScaleAdvice:
         self.capped = capped
 
     @property
-    def underflow(self):
+    def underflow(self) -> Dict[str, float]:
         """dict: the share of gradient values rounding to zero, ``{'scaled', 'unscaled'}``."""
         return {"scaled": self.scaled.total.underflow, "unscaled": self.unscaled.total.underflow}
 
     @property
-    def subnormal(self):
+    def subnormal(self) -> Dict[str, float]:
         """dict: the share landing in the subnormal range, ``{'scaled', 'unscaled'}``."""
         return {"scaled": self.scaled.total.subnormal, "unscaled": self.unscaled.total.subnormal}
 
@@ -317,8 +321,11 @@ def _batches(batches, num_batches):
     return picked
 
 
-def recommend_loss_scale(net, batches, loss_fn=None, headroom=8.0, max_scale=2.0 ** 24,
-                         num_batches=4, activations=True, ctx=None):
+def recommend_loss_scale(net: gluon.HybridBlock, batches: Union[Batch, Iterable[Batch]],
+                         loss_fn: Optional[gluon.loss.Loss] = None, headroom: float = 8.0,
+                         max_scale: float = 2.0 ** 24, num_batches: int = 4,
+                         activations: bool = True, ctx: Optional[mx.Context] = None
+                         ) -> "LossScaleAdvice":
     """The largest power-of-two static loss scale whose scaled gradients stay below 65504.
 
     The gradients are measured in float32 (see :func:`collect_gradients`), on parameters and,

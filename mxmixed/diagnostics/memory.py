@@ -27,6 +27,7 @@ input batch       4 B             4 B                2 B
 """
 import json
 from collections import OrderedDict, namedtuple
+from typing import Dict, Optional, Union
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from .._convert import amp_forced, convert_graph, settle
 from .._graph import load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, check_block, data_inputs, graph_json, is_cast,
+from ._graph import (GraphInfo, InputShape, check_block, data_inputs, graph_json, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]
@@ -106,7 +107,7 @@ class MemoryReport:
         self.optimizer_states = optimizer_states
         self.input_shape = input_shape
 
-    def bytes(self, config, item=None):
+    def bytes(self, config: str, item: Optional[str] = None) -> int:
         """Bytes of one item, or the total of a config.
 
         Parameters
@@ -128,18 +129,18 @@ class MemoryReport:
         return int(sum(picked))
 
     @property
-    def totals(self):
+    def totals(self) -> Dict[str, int]:
         """dict: total bytes per config."""
         return {c: self.bytes(c) for c in CONFIGS}
 
-    def formula(self, config, item):
+    def formula(self, config: str, item: str) -> str:
         """The arithmetic of one line (str)."""
         for line in self.lines:
             if line.config == config and line.item == item:
                 return line.formula
         raise ValueError("no line %r / %r" % (config, item))
 
-    def table(self):
+    def table(self) -> str:
         """Bytes per item (rows) and config (columns), as text."""
         head = "%-18s %14s %14s %14s" % ("bytes", "float32", "AMP", "float16+MP")
         rows = [head, "-" * len(head)]
@@ -150,7 +151,7 @@ class MemoryReport:
             "{:,}".format(self.bytes(c)) for c in CONFIGS)))
         return "\n".join(rows)
 
-    def explain(self, config=None):
+    def explain(self, config: Optional[str] = None) -> str:
         """Every line's arithmetic, for one config or all.
 
         Returns
@@ -219,7 +220,8 @@ def _graphs(net):
     return strip_amp_casts(traced), amp_graph, trainable
 
 
-def memory_report(net, input_shape, dtype="float32", optimizer_states=1):
+def memory_report(net: Union[gluon.HybridBlock, mx.sym.Symbol], input_shape: InputShape,
+                  dtype: str = "float32", optimizer_states: int = 1) -> "MemoryReport":
     """Parameter, gradient, optimizer, master-weight and activation bytes in three precisions.
 
     Parameters

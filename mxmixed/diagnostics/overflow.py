@@ -16,6 +16,8 @@ The executor gets copies of the parameters and BatchNorm statistics, so the net,
 gradients and its running statistics are left exactly as they were. On a CPU the graph runs
 under :mod:`mxmixed.emulation`, so float16 overflows where it would on a GPU.
 """
+from typing import Any, Dict, List, Optional, Sequence
+
 import numpy as np
 
 import mxnet as mx
@@ -26,7 +28,7 @@ from .._convert import amp_forced, convert_graph
 from .._state import amp_initialized
 from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
-from ._graph import (DATA, LABEL, as_ndarray, base_name, block_paths, check_block,
+from ._graph import (DATA, LABEL, Batch, as_ndarray, base_name, block_paths, check_block,
                      check_has_gradients, check_initialized, has_float16, is_cast, layer_of,
                      split_batch, trace, user_tensor_name)
 from ._overflow_report import OverflowReport, input_suggestions, suggestions
@@ -36,7 +38,7 @@ __all__ = ["find_overflow", "find_overflow_symbol", "OverflowReport", "keep_in_f
 _FLOAT16 = np.dtype(np.float16)
 
 
-def keep_in_float32(ops, target_dtype="float16"):
+def keep_in_float32(ops: Sequence[str], target_dtype: str = "float16") -> Dict[str, List[Any]]:
     """AMP op lists that keep ``ops`` in float32, for ``amp_scope`` / ``init`` / ``amp.init``.
 
     ``amp.init(fp32_ops=[...])`` *replaces* the float32 list and leaves the op in the float16
@@ -213,8 +215,10 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
 
 
 # ---------------------------------------------------------------- Gluon
-def find_overflow(net, batch, loss_fn=None, scale=1.0, precision="auto", fp32_ops=None,
-                  ctx=None):
+def find_overflow(net: gluon.HybridBlock, batch: Batch, loss_fn: Optional[gluon.loss.Loss] = None,
+                  scale: float = 1.0, precision: str = "auto",
+                  fp32_ops: Optional[Sequence[str]] = None,
+                  ctx: Optional[mx.Context] = None) -> OverflowReport:
     """Run one float16 training pass and name the first layer whose output or gradient has
     inf or NaN.
 
@@ -319,8 +323,13 @@ def find_overflow(net, batch, loss_fn=None, scale=1.0, precision="auto", fp32_op
 
 
 # ---------------------------------------------------------------- Symbol
-def find_overflow_symbol(sym, inputs, arg_params, aux_params=None, scale=1.0, precision="auto",
-                         excluded_sym_names=None, fp32_ops=None, ctx=None):
+def find_overflow_symbol(sym: mx.sym.Symbol, inputs: Dict[str, mx.nd.NDArray],
+                         arg_params: Dict[str, mx.nd.NDArray],
+                         aux_params: Optional[Dict[str, mx.nd.NDArray]] = None,
+                         scale: float = 1.0, precision: str = "auto",
+                         excluded_sym_names: Optional[Sequence[str]] = None,
+                         fp32_ops: Optional[Sequence[str]] = None,
+                         ctx: Optional[mx.Context] = None) -> OverflowReport:
     """:func:`find_overflow` for a Symbol and its parameters (a Module checkpoint).
 
     Parameters

@@ -5,11 +5,15 @@ Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never thr
 machine. A notebook displays the returned Figure; ``fig.savefig(path)`` writes it.
 """
 import math
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from .float16 import FLOAT16_MAX, LOG2_EDGES
 from .gradients import GradientStats, LossScaleAdvice, gradient_stats
+
+if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn
+    import matplotlib.figure
 
 __all__ = ["plot_gradient_range", "FLOAT16_REGIONS"]
 
@@ -44,7 +48,9 @@ def _shares_text(total):
                                  100 * total.overflow))
 
 
-def plot_gradient_range(gradients, scale=None, title=None, figsize=(9, 6)):
+def plot_gradient_range(gradients: Union[Mapping[str, Any], LossScaleAdvice],
+                        scale: Optional[float] = None, title: Optional[str] = None,
+                        figsize: Tuple[float, float] = (9, 6)) -> "matplotlib.figure.Figure":
     """Draw the gradients' log2 histogram against float16's range, unscaled and scaled.
 
     Parameters

@@ -22,13 +22,14 @@ Depthwise convolutions (one input channel per group) do not use Tensor Cores at 
 are listed as notes, not findings.
 """
 from collections import namedtuple
+from typing import List, Optional, Union
 
 import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
 
-from ._graph import (GraphInfo, block_paths, check_block, layer_of, normalize_input_shape,
+from ._graph import (GraphInfo, InputShape, block_paths, check_block, layer_of, normalize_input_shape,
                      strip_amp_casts, trace)
 
 __all__ = ["tensor_core_audit", "TensorCoreAudit", "Finding", "AUDITED_OPS"]
@@ -121,7 +122,7 @@ class TensorCoreAudit:
     def __len__(self):
         return len(self.findings)
 
-    def find(self, node=None, dimension=None):
+    def find(self, node: Optional[str] = None, dimension: Optional[str] = None) -> List[Finding]:
         """The findings for a node (name or Gluon label substring) and/or a dimension."""
         return [f for f in self.findings
                 if (node is None or node == f.node or node in f.layer)
@@ -152,7 +153,8 @@ def _graph_of(net_or_sym, what):
     return strip_amp_casts(trace(net_or_sym)), block_paths(net_or_sym)
 
 
-def tensor_core_audit(net, input_shape, multiple=8):
+def tensor_core_audit(net: Union[gluon.HybridBlock, mx.sym.Symbol], input_shape: InputShape,
+                      multiple: int = 8) -> "TensorCoreAudit":
     """List the batch, channel, hidden and output dimensions that are not multiples of 8.
 
     Parameters
