@@ -36,6 +36,7 @@ from mxnet.module import Module
 from . import emulation as emu
 from ._amp import amp_scope
 from ._io import atomic_write, special_file
+from ._patches import Patches
 from ._state import bfloat16_native, bfloat16_support
 from .diagnostics.nonfinite import nonfinite_gradients
 
@@ -60,8 +61,7 @@ class StepRecorder:
         self.steps = []
         self.first_nonfinite = None
         self.trainers = []
-        self._originals = {}
-        self._scalers = []
+        self._patches = Patches("mxmixed run's step recorder")
         self._last_end = None
         self._pending = None
 
@@ -69,23 +69,13 @@ class StepRecorder:
     def install(self):
         """Patch ``Trainer.step``, ``Trainer.update`` and ``Module.update``."""
         for name in ("step", "update"):
-            original = Trainer.__dict__[name]
-            self._originals[(Trainer, name)] = original
-            setattr(Trainer, name, self._wrap(original, name))
-        original = Module.__dict__["update"]
-        self._originals[(Module, "update")] = original
-        Module.update = self._wrap_module(original)
+            self._patches.patch(Trainer, name, self._wrap(Trainer.__dict__[name], name))
+        self._patches.patch(Module, "update", self._wrap_module(Module.__dict__["update"]))
         return self
 
     def uninstall(self):
         """Restore ``Trainer``, ``Module`` and every hooked scaler exactly as they were."""
-        for (cls, name), original in self._originals.items():
-            setattr(cls, name, original)
-        self._originals = {}
-        for scaler in self._scalers:
-            if "has_overflow" in getattr(scaler, "__dict__", {}):
-                del scaler.has_overflow
-        self._scalers = []
+        self._patches.undo()
 
     def _trainer_index(self, trainer):
         for n, known in enumerate(self.trainers):
@@ -108,8 +98,7 @@ class StepRecorder:
                     recorder._locate(args[0])
             return overflow
 
-        scaler.has_overflow = has_overflow
-        self._scalers.append(scaler)
+        self._patches.patch(scaler, "has_overflow", has_overflow)
 
     def _locate(self, params):
         found = nonfinite_gradients(list(params))
@@ -332,11 +321,13 @@ def _script_amp_init_noted(target):
                   "script choose)" % (str(target_dtype), target), file=sys.stderr)
 
     init.__doc__ = original.__doc__
-    amp.init = amp.amp.init = init
+    patches = Patches("mxmixed run's amp.init note")
     try:
+        patches.patch(amp, "init", init)
+        patches.patch(amp.amp, "init", init)
         yield
     finally:
-        amp.init = amp.amp.init = original
+        patches.undo()
 
 
 def _amp_context(amp):
