@@ -20,6 +20,7 @@ or ``python -m mxmixed.run ...``.
 """
 import contextlib
 import datetime
+import gc
 import json
 import os
 import runpy
@@ -30,7 +31,7 @@ import threading
 import time
 import traceback
 
-from mxnet.gluon import Trainer
+from mxnet.gluon import Block, SymbolBlock, Trainer
 from mxnet.module import Module
 
 from . import emulation as emu
@@ -40,7 +41,7 @@ from ._patches import Patches
 from ._state import bfloat16_native, bfloat16_support
 from .diagnostics.nonfinite import nonfinite_gradients
 
-__all__ = ["run_script", "StepRecorder", "ScriptTerminated"]
+__all__ = ["run_script", "StepRecorder", "ScriptTerminated", "layer_of_parameter", "LAYER_FROM"]
 
 
 class StepRecorder:
@@ -100,14 +101,16 @@ class StepRecorder:
 
         self._patches.patch(scaler, "has_overflow", has_overflow)
 
-    def _locate(self, params):
-        found = nonfinite_gradients(list(params))
+    def _locate(self, params, module=None):
+        params = list(params)
+        found = nonfinite_gradients(params)
         if found:
             name, kind = found.origin
-            self.first_nonfinite = {
-                "step": len(self.steps) + 1, "tensor": "gradient of %s" % name, "kind": kind,
-                "parameters_affected": len(found), "parameters_checked": found.total,
-                "description": found.describe()}
+            self.first_nonfinite = dict(
+                {"step": len(self.steps) + 1, "tensor": "gradient of %s" % name, "kind": kind},
+                **layer_of_parameter(name, params, module),
+                parameters_affected=len(found), parameters_checked=found.total,
+                description=found.describe())
         return bool(found)
 
     def _wrap(self, original, name):
@@ -151,7 +154,7 @@ class StepRecorder:
             record = {"step": len(recorder.steps) + 1, "call": "Module.update",
                       "trainer": recorder._trainer_index(module)}
             if recorder.first_nonfinite is None:
-                recorder._locate(_module_gradients(module))
+                recorder._locate(_module_gradients(module), module)
             start = time.perf_counter()
             try:
                 return original(module, *args, **kwargs)
@@ -188,6 +191,79 @@ class StepRecorder:
             out["loss_scale_last"] = scaled[-1]["next_loss_scale"]
             out["loss_scale_min"] = min(s["loss_scale"] for s in scaled)
         return out
+
+
+#: How the report's ``layer`` was found, by the ``layer_from`` it names.
+LAYER_FROM = {
+    "block": "the Gluon block that holds the parameter (its path from the outermost block)",
+    "graph": "the op of the Module's (or SymbolBlock's) graph that reads the parameter",
+    "name": "the parameter's name without its last part (no live block or graph holds it)",
+}
+
+
+def layer_of_parameter(name, params, module=None):
+    """The layer that owns the parameter ``name``, for the report.
+
+    ``mxmixed run`` sees the Trainer (or the Module), not the batch or the loss, so it cannot
+    run :func:`mxmixed.diagnostics.find_overflow`; it maps the parameter to its owner instead:
+    the Gluon block that holds it (among the live blocks), the op of a Module's or a
+    SymbolBlock's graph that reads it, or else its name's prefix.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name.
+    params : list
+        The Trainer's parameters (``mxnet.gluon.Parameter``), or the Module's gradients.
+    module : mxnet.module.Module, optional
+
+    Returns
+    -------
+    dict
+        ``layer`` (``'HybridSequential[1] (Dense, dense1)'``, ``'fc1 (FullyConnected)'``) and
+        ``layer_from`` (a key of :data:`LAYER_FROM`).
+    """
+    if module is not None:
+        layer = _graph_reader(module.symbol, name)
+        if layer:
+            return {"layer": layer, "layer_from": "graph"}
+    else:
+        param = next((p for p in params if getattr(p, "name", None) == name), None)
+        found = _gluon_owner(param) if param is not None else None
+        if found:
+            return {"layer": found[0], "layer_from": found[1]}
+    return {"layer": name.rsplit("_", 1)[0] if "_" in name else name, "layer_from": "name"}
+
+
+def _graph_reader(sym, name):
+    """'node (op)' of the first op of ``sym`` that reads the variable ``name``, or None."""
+    nodes = json.loads(sym.tojson())["nodes"]
+    index = next((i for i, n in enumerate(nodes) if n["op"] == "null" and n["name"] == name),
+                 None)
+    for node in nodes:
+        if index is not None and any(entry[0] == index for entry in node.get("inputs", ())):
+            return "%s (%s)" % (node["name"], node["op"])
+    return None
+
+
+def _gluon_owner(param):
+    """('Outer[1].inner (Type, name)', 'block') for the live Gluon block that holds ``param``,
+    ('node (op)', 'graph') for a SymbolBlock's parameter, or None."""
+    blocks = [o for o in gc.get_objects() if isinstance(o, Block)]
+    owner = next((b for b in blocks if any(p is param for p in b._reg_params.values())), None)
+    if owner is None:
+        return None
+    if isinstance(owner, SymbolBlock) and getattr(owner, "_cached_graph", ()):
+        layer = _graph_reader(owner._cached_graph[1], param.name)
+        return (layer, "graph") if layer else None
+    parents = {id(child): (block, key) for block in blocks
+               for key, child in block._children.items()}
+    path, block = "", owner
+    while id(block) in parents:
+        block, key = parents[id(block)]
+        path = ("[%s]" % key if str(key).isdigit() else ".%s" % key) + path
+    return "%s%s (%s, %s)" % (type(block).__name__, path, type(owner).__name__, owner.name), \
+        "block"
 
 
 class _ModuleGradient:
