@@ -468,43 +468,82 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         or a FIFO). A final report that cannot be written (a full disk) is one line on stderr
         and leaves the script's exit status as it is.
     """
-    if not os.path.isfile(script):
-        print("mxmixed run: error: script %s %s" % (script, "is a folder, not a Python file"
-              if os.path.isdir(script) else "does not exist"), file=sys.stderr)
-        return 2
     report = os.path.abspath(report) if report else None  # the script may chdir
-    problem = _report_problem(report) if report else None
-    if problem:  # found before the script runs, not after an hour of training
-        print("mxmixed run: error: --report %s: %s" % (report, problem), file=sys.stderr)
+    refusal = _refusal(script, report, amp)
+    if refusal:  # found before the script runs, not after an hour of training
+        print("mxmixed run: error: %s" % refusal, file=sys.stderr)
         return 2
-    try:
-        amp = _amp_context(amp)
-    except ValueError as err:
-        print("mxmixed run: error: %s" % err, file=sys.stderr)
-        return 2
-    if amp:
-        emulation = False
     header = None
     if report:
-        header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
-                  "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                  "script": os.path.abspath(script), "argv": list(argv)}
         try:  # replaces an earlier run's report at once: it can never pass for this one's
-            _write_json(report, header)
+            header = _start_report(report, script, argv)
         except (OSError, ValueError) as err:
             _report_write_error(report, err)
             return 2
-    was_active = emu.emulation_active()
-    if emulation:
-        emu.enable(mode="auto")
-    state = {"requested": bool(emulation), "active": emu.emulation_active(),
-             "description": emu.describe() if hasattr(emu, "describe") else None}
-    state["amp"] = amp
-    recorder = StepRecorder().install() if report or amp else None
-    scope = contextlib.ExitStack()
+    with contextlib.ExitStack() as stack:
+        state = stack.enter_context(_emulation_for_run(emulation and not amp))
+        state["amp"] = amp
+        recorder = StepRecorder().install() if report or amp else None
+        if recorder is not None:
+            stack.callback(recorder.uninstall)
+        if amp:
+            stack.enter_context(amp_scope(target_dtype=amp))
+            stack.enter_context(_script_amp_init_noted(amp))
+        stack.enter_context(_as_main(script, argv))
+        stack.enter_context(_sigterm_as_interrupt())
+        start = time.perf_counter()
+        outcome = _run_main(script)
+        outcome["wall_s"] = time.perf_counter() - start
     if amp:
-        scope.enter_context(amp_scope(target_dtype=amp))
-        scope.enter_context(_script_amp_init_noted(amp))
+        print(_step_line(recorder.summary(), amp), file=sys.stderr)
+    if report:
+        _finish_report(report, dict(header, **outcome), state, recorder)
+    return outcome["exit_code"]
+
+
+def _refusal(script, report, amp):
+    """Why the run cannot start, in one line, or None: checked before the script runs."""
+    if not os.path.isfile(script):
+        return "script %s %s" % (script, "is a folder, not a Python file"
+                                 if os.path.isdir(script) else "does not exist")
+    problem = _report_problem(report) if report else None
+    if problem:
+        return "--report %s: %s" % (report, problem)
+    try:
+        _amp_context(amp)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _start_report(report, script, argv):
+    """Write the report that says ``running`` and return it (OSError when it cannot be)."""
+    header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
+              "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "script": os.path.abspath(script), "argv": list(argv)}
+    _write_json(report, header)
+    return header
+
+
+@contextlib.contextmanager
+def _emulation_for_run(requested):
+    """The emulation in ``auto`` mode while the script runs, if requested; yields the report's
+    ``emulation`` entry. It is switched off again only if this switched it on."""
+    was_active = emu.emulation_active()
+    if requested:
+        emu.enable(mode="auto")
+    state = {"requested": bool(requested), "active": emu.emulation_active(),
+             "description": emu.describe()}
+    try:
+        yield state
+    finally:
+        if requested and not was_active and emu.emulation_active():
+            emu.disable()
+
+
+@contextlib.contextmanager
+def _as_main(script, argv):
+    """``sys.argv`` and ``sys.path[0]`` as ``python script argv...`` sets them; restored after."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script] + list(argv)
     script_dir = os.path.dirname(os.path.abspath(script))
@@ -512,44 +551,52 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         sys.path[0] = script_dir
     else:
         sys.path.insert(0, script_dir)
-    error, start, status = None, time.perf_counter(), "finished"
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops the script as SIGINT does (so that a report is written), unless the
+    process handles SIGTERM already or this is not the main thread."""
     sigterm = None
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM as SIGINT: a report
+        sigterm = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _run_main(script):
+    """Run ``script`` as ``__main__``: its ``status``, ``exit_code`` and ``error`` (one line)."""
     try:
         runpy.run_path(script, run_name="__main__")
-        code = 0
+        code, error, status = 0, None, "finished"
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code, error, status = _exit_code(exc.code), None, "finished"
     except KeyboardInterrupt:
         code, error, status = 130, "KeyboardInterrupt", "interrupted"
     except ScriptTerminated:
         code, error, status = 143, "SIGTERM", "interrupted"
     except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
         _print_script_traceback(exc, script)
-        code, error = 1, _error_line(exc)
-    finally:
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-        wall = time.perf_counter() - start
-        scope.close()
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-        if recorder is not None:
-            recorder.uninstall()
-        if emulation and not was_active and emu.emulation_active():
-            emu.disable()
-    if amp and recorder is not None:
-        print(_step_line(recorder.summary(), amp), file=sys.stderr)
-    if report:
-        try:
-            final = dict(header, status=status, exit_code=code, error=error, wall_s=wall,
-                         emulation=state, summary=recorder.summary(), steps=recorder.steps)
-            _write_json(report, dict({"note": _steps_note(recorder)}, **final))
-        except (OSError, ValueError) as err:  # the script's exit status stands
-            _report_write_error(report, err)
-    return code
+        code, error, status = 1, _error_line(exc), "finished"
+    return {"status": status, "exit_code": code, "error": error}
+
+
+def _finish_report(report, final, state, recorder):
+    """Write the final report; one line on stderr if it cannot be (the exit status stands)."""
+    try:
+        final = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
+        _write_json(report, dict({"note": _steps_note(recorder)}, **final))
+    except (OSError, ValueError) as err:
+        _report_write_error(report, err)
 
 
 if __name__ == "__main__":  # python -m mxmixed.run ... is mxmixed run ...
