@@ -237,26 +237,35 @@ def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
                            "amp.init), so amp_scope cannot apply and undo it; use one or the "
                            "other")
     mode = _emulation_mode(emulate, target)
-    with emulation.emulated(mode) if mode else contextlib.nullcontext():
-        snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
-        saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-                 amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler)
-        mark = AMP.patches.mark()
-        try:
-            amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                     conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
-            AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
-            AMP.scoped += 1
-            yield True
-        finally:
-            AMP.patches.undo(since=mark)
-            for module, before in snapshot:
-                now = vars(module)
-                for name in [n for n in now if n not in before]:
-                    delattr(module, name)
-                for name, value in before.items():
-                    if now.get(name) is not value:
-                        setattr(module, name, value)
-            (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-             amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler) = saved
-            AMP.scoped -= 1
+    # the snapshot comes first, so that it holds MXNet's functions as they were before the
+    # scope, whatever the emulation does inside it (even a disable() in the block)
+    snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
+    saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+             amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler)
+    mark = AMP.patches.mark()
+    AMP.scoped += 1
+    try:
+        with emulation.emulated(mode) if mode else contextlib.nullcontext():
+            try:
+                amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
+                         conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+                AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
+                yield True
+            finally:
+                AMP.patches.undo(since=mark)
+    finally:
+        _restore_modules(snapshot)
+        (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+         amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler) = saved
+        AMP.scoped -= 1
+
+
+def _restore_modules(snapshot):
+    """Put each module's names back as ``snapshot`` holds them; drop the names added since."""
+    for module, before in snapshot:
+        now = vars(module)
+        for name in [n for n in now if n not in before]:
+            delattr(module, name)
+        for name, value in before.items():
+            if now.get(name) is not value:
+                setattr(module, name, value)

@@ -177,3 +177,25 @@ def test_disable_without_enable_changes_nothing(owner):
     before = dict(vars(owner))
     emulation.disable()
     assert all(vars(owner)[n] is v for n, v in before.items())
+
+
+HAZARD_SCRIPT = """
+import mxnet as mx
+import mxmixed
+from mxmixed import emulation
+
+real = mx.nd.FullyConnected
+with mxmixed.amp_scope():
+    emulation.disable()  # inside a scope that switched the emulation on
+assert mx.nd.FullyConnected is real and not emulation.emulation_active()
+emulation.enable()  # wraps MXNet's function, not a leftover wrapper
+emulation.disable()
+assert mx.nd.FullyConnected is real
+print("ok")
+"""
+
+
+def test_disable_inside_amp_scope_leaves_mxnets_functions_after_the_scope():
+    proc = run_python(HAZARD_SCRIPT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("ok")
