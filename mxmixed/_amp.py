@@ -3,8 +3,10 @@ CPU float16 emulation where no GPU is present. :mod:`mxmixed.training` re-export
 
 .. note::
    ``mxnet.contrib.amp.init`` patches MXNet's operator functions for the whole process and cannot
-   be undone. :func:`init` keeps that behaviour (it is what users of ``amp.init`` expect);
-   :func:`amp_scope` is the undoable form.
+   be undone. :func:`init` keeps that behaviour (it is what users of ``amp.init`` expect), and
+   the patches that ``init_trainer`` then makes (``amp.scale_loss``, the class of AMP's global
+   scaler) stay too; :func:`mxmixed.emulation.disable` undoes the emulation's. :func:`amp_scope`
+   is the undoable form: it undoes all of them on exit.
 """
 import contextlib
 import gc
@@ -120,6 +122,11 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
        accepted and only adds the emulation (mxmixed can read the target AMP was given, not its
        op lists); with op lists or another target it raises.
 
+       What it patches stays for the process, as ``amp.init``'s own patches do: the emulation's
+       until :func:`mxmixed.emulation.disable`, and those :func:`mxmixed.init_trainer` adds
+       (``amp.scale_loss`` serving mxmixed Trainers, the class of AMP's global scaler) for
+       good. Use :func:`amp_scope` for AMP that is undone.
+
     Examples
     --------
     >>> import mxmixed
@@ -183,6 +190,11 @@ def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
     With ``enabled=False`` the same code runs in plain float32. A float32 run and an AMP run
     can then sit side by side in one process, which ``amp.init`` alone does not allow.
 
+    On exit every patch made inside is undone: ``amp.init``'s wrappers of the operator functions
+    and its global state, mxmixed's own (``amp.scale_loss`` serving mxmixed Trainers, the class
+    of AMP's global scaler, through ``mxmixed._state.AMP.patches``) and, when the scope switched
+    it on, the emulation's.
+
     Parameters
     ----------
     enabled : bool, default True
@@ -225,24 +237,35 @@ def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
                            "amp.init), so amp_scope cannot apply and undo it; use one or the "
                            "other")
     mode = _emulation_mode(emulate, target)
-    with emulation.emulated(mode) if mode else contextlib.nullcontext():
-        snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
-        saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-                 amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler)
-        try:
-            amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                     conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
-            AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
-            AMP.scoped += 1
-            yield True
-        finally:
-            for module, before in snapshot:
-                now = vars(module)
-                for name in [n for n in now if n not in before]:
-                    delattr(module, name)
-                for name, value in before.items():
-                    if now.get(name) is not value:
-                        setattr(module, name, value)
-            (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
-             amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler) = saved
-            AMP.scoped -= 1
+    # the snapshot comes first, so that it holds MXNet's functions as they were before the
+    # scope, whatever the emulation does inside it (even a disable() in the block)
+    snapshot = [(m, dict(vars(m))) for m in _patched_modules()]
+    saved = (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+             amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler)
+    mark = AMP.patches.mark()
+    AMP.scoped += 1
+    try:
+        with emulation.emulated(mode) if mode else contextlib.nullcontext():
+            try:
+                amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
+                         conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+                AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
+                yield True
+            finally:
+                AMP.patches.undo(since=mark)
+    finally:
+        _restore_modules(snapshot)
+        (amp.amp._amp_initialized, amp.amp._amp_loss_scale_initialized,
+         amp.amp._loss_scaler, AMP.settings, AMP.loss_output_scaler) = saved
+        AMP.scoped -= 1
+
+
+def _restore_modules(snapshot):
+    """Put each module's names back as ``snapshot`` holds them; drop the names added since."""
+    for module, before in snapshot:
+        now = vars(module)
+        for name in [n for n in now if n not in before]:
+            delattr(module, name)
+        for name, value in before.items():
+            if now.get(name) is not value:
+                setattr(module, name, value)

@@ -18,6 +18,12 @@ never changed.
    :class:`FollowingScaler`, whose ``loss_scale`` reads the LossScaler linked in
    ``mxmixed._state.AMP.loss_output_scaler`` (the first one attached after AMP's init), so it too
    derives the scale on use instead of holding a copy.
+
+.. note::
+   Both patches of MXNet made here (``amp.scale_loss`` serving mxmixed Trainers, and that change
+   of the global scaler's class) go through ``mxmixed._state.AMP.patches``:
+   :func:`mxmixed.amp_scope` undoes them when it ends. After a process-wide
+   :func:`mxmixed.init` they stay, as ``amp.init``'s own patches do.
 """
 import contextlib
 import weakref
@@ -219,9 +225,11 @@ def handle_scale_loss(loss, optimizer_or_trainer):
 
 
 def _serve_mxnet_scale_loss():
-    """Let scripts that call ``amp.scale_loss`` use an mxmixed Trainer (idempotent; it stays,
-    and passes any other Trainer on to MXNet's own)."""
-    amp.scale_loss = amp.amp.scale_loss = handle_scale_loss
+    """Let scripts that call ``amp.scale_loss`` use an mxmixed Trainer; any other Trainer goes on
+    to MXNet's own. Applied once, through ``AMP.patches``: ``amp_scope`` undoes it on exit, and
+    outside a scope it stays for the process, as ``amp.init``'s own patches do."""
+    AMP.patches.patch(amp, "scale_loss", handle_scale_loss)
+    AMP.patches.patch(amp.amp, "scale_loss", handle_scale_loss)
 
 
 class FollowingScaler(MXNetLossScaler):
@@ -244,8 +252,8 @@ def follow_linked_scaler(scaler):
     glob = amp.amp._loss_scaler
     if glob is None or AMP.loss_output_scaler is not None:
         return
-    if type(glob) is MXNetLossScaler:
-        glob.__class__ = FollowingScaler  # same layout; no attribute is added
+    if type(glob) is MXNetLossScaler:  # same layout; no attribute is added
+        AMP.patches.patch(glob, "__class__", FollowingScaler)
     AMP.loss_output_scaler = scaler
 
 

@@ -9,6 +9,8 @@ Every layer asks here; nothing above this module keeps its own copy of these fac
 """
 import mxnet as mx
 
+from ._patches import Patches
+
 __all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
            "bfloat16_support", "bfloat16_native", "BFLOAT16_EMULATED"]
 
@@ -35,12 +37,17 @@ class _AmpState:
     loss_output_scaler : LossScaler or None
         The scaler whose scale MXNet's loss-output ops (``SoftmaxOutput`` ...) use: the first
         one attached to a Trainer after AMP's init.
+    patches : mxmixed._patches.Patches
+        The patches mxmixed's AMP helpers make (``amp.scale_loss`` serving mxmixed Trainers,
+        AMP's global scaler following the linked LossScaler); ``amp_scope`` undoes those
+        applied inside it. Not ``amp.init``'s own: ``amp_scope`` restores those itself.
     """
 
     def __init__(self):
         self.settings = None
         self.scoped = 0
         self.loss_output_scaler = None
+        self.patches = Patches("mxmixed AMP helpers")
 
 
 class _EmulationState:
@@ -51,7 +58,7 @@ class _EmulationState:
         self.mode = None
         self.reason = ""
         self.announced = False
-        self.undo = []
+        self.patches = Patches("mxmixed.emulation")
 
 
 AMP = _AmpState()

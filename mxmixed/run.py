@@ -20,6 +20,7 @@ or ``python -m mxmixed.run ...``.
 """
 import contextlib
 import datetime
+import gc
 import json
 import os
 import runpy
@@ -30,16 +31,17 @@ import threading
 import time
 import traceback
 
-from mxnet.gluon import Trainer
+from mxnet.gluon import Block, SymbolBlock, Trainer
 from mxnet.module import Module
 
 from . import emulation as emu
 from ._amp import amp_scope
 from ._io import atomic_write, special_file
+from ._patches import Patches
 from ._state import bfloat16_native, bfloat16_support
 from .diagnostics.nonfinite import nonfinite_gradients
 
-__all__ = ["run_script", "StepRecorder", "ScriptTerminated"]
+__all__ = ["run_script", "StepRecorder", "ScriptTerminated", "layer_of_parameter", "LAYER_FROM"]
 
 
 class StepRecorder:
@@ -60,8 +62,7 @@ class StepRecorder:
         self.steps = []
         self.first_nonfinite = None
         self.trainers = []
-        self._originals = {}
-        self._scalers = []
+        self._patches = Patches("mxmixed run's step recorder")
         self._last_end = None
         self._pending = None
 
@@ -69,23 +70,13 @@ class StepRecorder:
     def install(self):
         """Patch ``Trainer.step``, ``Trainer.update`` and ``Module.update``."""
         for name in ("step", "update"):
-            original = Trainer.__dict__[name]
-            self._originals[(Trainer, name)] = original
-            setattr(Trainer, name, self._wrap(original, name))
-        original = Module.__dict__["update"]
-        self._originals[(Module, "update")] = original
-        Module.update = self._wrap_module(original)
+            self._patches.patch(Trainer, name, self._wrap(Trainer.__dict__[name], name))
+        self._patches.patch(Module, "update", self._wrap_module(Module.__dict__["update"]))
         return self
 
     def uninstall(self):
         """Restore ``Trainer``, ``Module`` and every hooked scaler exactly as they were."""
-        for (cls, name), original in self._originals.items():
-            setattr(cls, name, original)
-        self._originals = {}
-        for scaler in self._scalers:
-            if "has_overflow" in getattr(scaler, "__dict__", {}):
-                del scaler.has_overflow
-        self._scalers = []
+        self._patches.undo()
 
     def _trainer_index(self, trainer):
         for n, known in enumerate(self.trainers):
@@ -108,17 +99,18 @@ class StepRecorder:
                     recorder._locate(args[0])
             return overflow
 
-        scaler.has_overflow = has_overflow
-        self._scalers.append(scaler)
+        self._patches.patch(scaler, "has_overflow", has_overflow)
 
-    def _locate(self, params):
-        found = nonfinite_gradients(list(params))
+    def _locate(self, params, module=None):
+        params = list(params)
+        found = nonfinite_gradients(params)
         if found:
             name, kind = found.origin
-            self.first_nonfinite = {
-                "step": len(self.steps) + 1, "tensor": "gradient of %s" % name, "kind": kind,
-                "parameters_affected": len(found), "parameters_checked": found.total,
-                "description": found.describe()}
+            self.first_nonfinite = dict(
+                {"step": len(self.steps) + 1, "tensor": "gradient of %s" % name, "kind": kind},
+                **layer_of_parameter(name, params, module),
+                parameters_affected=len(found), parameters_checked=found.total,
+                description=found.describe())
         return bool(found)
 
     def _wrap(self, original, name):
@@ -162,7 +154,7 @@ class StepRecorder:
             record = {"step": len(recorder.steps) + 1, "call": "Module.update",
                       "trainer": recorder._trainer_index(module)}
             if recorder.first_nonfinite is None:
-                recorder._locate(_module_gradients(module))
+                recorder._locate(_module_gradients(module), module)
             start = time.perf_counter()
             try:
                 return original(module, *args, **kwargs)
@@ -199,6 +191,79 @@ class StepRecorder:
             out["loss_scale_last"] = scaled[-1]["next_loss_scale"]
             out["loss_scale_min"] = min(s["loss_scale"] for s in scaled)
         return out
+
+
+#: How the report's ``layer`` was found, by the ``layer_from`` it names.
+LAYER_FROM = {
+    "block": "the Gluon block that holds the parameter (its path from the outermost block)",
+    "graph": "the op of the Module's (or SymbolBlock's) graph that reads the parameter",
+    "name": "the parameter's name without its last part (no live block or graph holds it)",
+}
+
+
+def layer_of_parameter(name, params, module=None):
+    """The layer that owns the parameter ``name``, for the report.
+
+    ``mxmixed run`` sees the Trainer (or the Module), not the batch or the loss, so it cannot
+    run :func:`mxmixed.diagnostics.find_overflow`; it maps the parameter to its owner instead:
+    the Gluon block that holds it (among the live blocks), the op of a Module's or a
+    SymbolBlock's graph that reads it, or else its name's prefix.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name.
+    params : list
+        The Trainer's parameters (``mxnet.gluon.Parameter``), or the Module's gradients.
+    module : mxnet.module.Module, optional
+
+    Returns
+    -------
+    dict
+        ``layer`` (``'HybridSequential[1] (Dense, dense1)'``, ``'fc1 (FullyConnected)'``) and
+        ``layer_from`` (a key of :data:`LAYER_FROM`).
+    """
+    if module is not None:
+        layer = _graph_reader(module.symbol, name)
+        if layer:
+            return {"layer": layer, "layer_from": "graph"}
+    else:
+        param = next((p for p in params if getattr(p, "name", None) == name), None)
+        found = _gluon_owner(param) if param is not None else None
+        if found:
+            return {"layer": found[0], "layer_from": found[1]}
+    return {"layer": name.rsplit("_", 1)[0] if "_" in name else name, "layer_from": "name"}
+
+
+def _graph_reader(sym, name):
+    """'node (op)' of the first op of ``sym`` that reads the variable ``name``, or None."""
+    nodes = json.loads(sym.tojson())["nodes"]
+    index = next((i for i, n in enumerate(nodes) if n["op"] == "null" and n["name"] == name),
+                 None)
+    for node in nodes:
+        if index is not None and any(entry[0] == index for entry in node.get("inputs", ())):
+            return "%s (%s)" % (node["name"], node["op"])
+    return None
+
+
+def _gluon_owner(param):
+    """('Outer[1].inner (Type, name)', 'block') for the live Gluon block that holds ``param``,
+    ('node (op)', 'graph') for a SymbolBlock's parameter, or None."""
+    blocks = [o for o in gc.get_objects() if isinstance(o, Block)]
+    owner = next((b for b in blocks if any(p is param for p in b._reg_params.values())), None)
+    if owner is None:
+        return None
+    if isinstance(owner, SymbolBlock) and getattr(owner, "_cached_graph", ()):
+        layer = _graph_reader(owner._cached_graph[1], param.name)
+        return (layer, "graph") if layer else None
+    parents = {id(child): (block, key) for block in blocks
+               for key, child in block._children.items()}
+    path, block = "", owner
+    while id(block) in parents:
+        block, key = parents[id(block)]
+        path = ("[%s]" % key if str(key).isdigit() else ".%s" % key) + path
+    return "%s%s (%s, %s)" % (type(block).__name__, path, type(owner).__name__, owner.name), \
+        "block"
 
 
 class _ModuleGradient:
@@ -332,11 +397,13 @@ def _script_amp_init_noted(target):
                   "script choose)" % (str(target_dtype), target), file=sys.stderr)
 
     init.__doc__ = original.__doc__
-    amp.init = amp.amp.init = init
+    patches = Patches("mxmixed run's amp.init note")
     try:
+        patches.patch(amp, "init", init)
+        patches.patch(amp.amp, "init", init)
         yield
     finally:
-        amp.init = amp.amp.init = original
+        patches.undo()
 
 
 def _amp_context(amp):
@@ -401,43 +468,82 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         or a FIFO). A final report that cannot be written (a full disk) is one line on stderr
         and leaves the script's exit status as it is.
     """
-    if not os.path.isfile(script):
-        print("mxmixed run: error: script %s %s" % (script, "is a folder, not a Python file"
-              if os.path.isdir(script) else "does not exist"), file=sys.stderr)
-        return 2
     report = os.path.abspath(report) if report else None  # the script may chdir
-    problem = _report_problem(report) if report else None
-    if problem:  # found before the script runs, not after an hour of training
-        print("mxmixed run: error: --report %s: %s" % (report, problem), file=sys.stderr)
+    refusal = _refusal(script, report, amp)
+    if refusal:  # found before the script runs, not after an hour of training
+        print("mxmixed run: error: %s" % refusal, file=sys.stderr)
         return 2
-    try:
-        amp = _amp_context(amp)
-    except ValueError as err:
-        print("mxmixed run: error: %s" % err, file=sys.stderr)
-        return 2
-    if amp:
-        emulation = False
     header = None
     if report:
-        header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
-                  "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                  "script": os.path.abspath(script), "argv": list(argv)}
         try:  # replaces an earlier run's report at once: it can never pass for this one's
-            _write_json(report, header)
+            header = _start_report(report, script, argv)
         except (OSError, ValueError) as err:
             _report_write_error(report, err)
             return 2
-    was_active = emu.emulation_active()
-    if emulation:
-        emu.enable(mode="auto")
-    state = {"requested": bool(emulation), "active": emu.emulation_active(),
-             "description": emu.describe() if hasattr(emu, "describe") else None}
-    state["amp"] = amp
-    recorder = StepRecorder().install() if report or amp else None
-    scope = contextlib.ExitStack()
+    with contextlib.ExitStack() as stack:
+        state = stack.enter_context(_emulation_for_run(emulation and not amp))
+        state["amp"] = amp
+        recorder = StepRecorder().install() if report or amp else None
+        if recorder is not None:
+            stack.callback(recorder.uninstall)
+        if amp:
+            stack.enter_context(amp_scope(target_dtype=amp))
+            stack.enter_context(_script_amp_init_noted(amp))
+        stack.enter_context(_as_main(script, argv))
+        stack.enter_context(_sigterm_as_interrupt())
+        start = time.perf_counter()
+        outcome = _run_main(script)
+        outcome["wall_s"] = time.perf_counter() - start
     if amp:
-        scope.enter_context(amp_scope(target_dtype=amp))
-        scope.enter_context(_script_amp_init_noted(amp))
+        print(_step_line(recorder.summary(), amp), file=sys.stderr)
+    if report:
+        _finish_report(report, dict(header, **outcome), state, recorder)
+    return outcome["exit_code"]
+
+
+def _refusal(script, report, amp):
+    """Why the run cannot start, in one line, or None: checked before the script runs."""
+    if not os.path.isfile(script):
+        return "script %s %s" % (script, "is a folder, not a Python file"
+                                 if os.path.isdir(script) else "does not exist")
+    problem = _report_problem(report) if report else None
+    if problem:
+        return "--report %s: %s" % (report, problem)
+    try:
+        _amp_context(amp)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _start_report(report, script, argv):
+    """Write the report that says ``running`` and return it (OSError when it cannot be)."""
+    header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
+              "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "script": os.path.abspath(script), "argv": list(argv)}
+    _write_json(report, header)
+    return header
+
+
+@contextlib.contextmanager
+def _emulation_for_run(requested):
+    """The emulation in ``auto`` mode while the script runs, if requested; yields the report's
+    ``emulation`` entry. It is switched off again only if this switched it on."""
+    was_active = emu.emulation_active()
+    if requested:
+        emu.enable(mode="auto")
+    state = {"requested": bool(requested), "active": emu.emulation_active(),
+             "description": emu.describe()}
+    try:
+        yield state
+    finally:
+        if requested and not was_active and emu.emulation_active():
+            emu.disable()
+
+
+@contextlib.contextmanager
+def _as_main(script, argv):
+    """``sys.argv`` and ``sys.path[0]`` as ``python script argv...`` sets them; restored after."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script] + list(argv)
     script_dir = os.path.dirname(os.path.abspath(script))
@@ -445,44 +551,52 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         sys.path[0] = script_dir
     else:
         sys.path.insert(0, script_dir)
-    error, start, status = None, time.perf_counter(), "finished"
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops the script as SIGINT does (so that a report is written), unless the
+    process handles SIGTERM already or this is not the main thread."""
     sigterm = None
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM as SIGINT: a report
+        sigterm = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _run_main(script):
+    """Run ``script`` as ``__main__``: its ``status``, ``exit_code`` and ``error`` (one line)."""
     try:
         runpy.run_path(script, run_name="__main__")
-        code = 0
+        code, error, status = 0, None, "finished"
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code, error, status = _exit_code(exc.code), None, "finished"
     except KeyboardInterrupt:
         code, error, status = 130, "KeyboardInterrupt", "interrupted"
     except ScriptTerminated:
         code, error, status = 143, "SIGTERM", "interrupted"
     except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
         _print_script_traceback(exc, script)
-        code, error = 1, _error_line(exc)
-    finally:
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-        wall = time.perf_counter() - start
-        scope.close()
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-        if recorder is not None:
-            recorder.uninstall()
-        if emulation and not was_active and emu.emulation_active():
-            emu.disable()
-    if amp and recorder is not None:
-        print(_step_line(recorder.summary(), amp), file=sys.stderr)
-    if report:
-        try:
-            final = dict(header, status=status, exit_code=code, error=error, wall_s=wall,
-                         emulation=state, summary=recorder.summary(), steps=recorder.steps)
-            _write_json(report, dict({"note": _steps_note(recorder)}, **final))
-        except (OSError, ValueError) as err:  # the script's exit status stands
-            _report_write_error(report, err)
-    return code
+        code, error, status = 1, _error_line(exc), "finished"
+    return {"status": status, "exit_code": code, "error": error}
+
+
+def _finish_report(report, final, state, recorder):
+    """Write the final report; one line on stderr if it cannot be (the exit status stands)."""
+    try:
+        final = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
+        _write_json(report, dict({"note": _steps_note(recorder)}, **final))
+    except (OSError, ValueError) as err:
+        _report_write_error(report, err)
 
 
 if __name__ == "__main__":  # python -m mxmixed.run ... is mxmixed run ...

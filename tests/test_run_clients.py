@@ -119,3 +119,5 @@ def test_module_api_report_finds_the_first_nonfinite_gradient(tmp_path):
     found = report["summary"]["first_nonfinite"]
     assert found is not None and found["step"] > 1
     assert found["tensor"].startswith("gradient of ")
+    assert found["layer_from"] == "graph"  # the op of the Module's graph that reads it
+    assert found["layer"].startswith(found["tensor"][len("gradient of "):].rsplit("_", 1)[0])

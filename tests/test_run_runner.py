@@ -203,6 +203,8 @@ def test_report_tells_the_float16_story_of_a_plain_amp_script(tmp_path):
     assert [s["skipped"] for s in steps] == [False, True, False, False, False]
     first = summary["first_nonfinite"]
     assert first["step"] == 2 and first["tensor"] == "gradient of %s" % "dense1_weight"
+    assert first["layer"] == "HybridSequential[1] (Dense, dense1)"
+    assert first["layer_from"] == "block"
     assert all(s["call_s"] > 0 for s in steps)
     assert all(s["iteration_s"] > 0 for s in steps[1:]) and summary["median_iteration_s"] > 0
 

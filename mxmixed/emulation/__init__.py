@@ -62,7 +62,7 @@ from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
 from ._ops import EMULATED_OPS, NOT_EMULATED
 from ._overflow import install_overflow_check
-from ._wrappers import AMP_MODULE, REAL_AMP_CAST, amp_cast_as_on_gpu, install_nd_wrappers
+from ._wrappers import AMP_MODULE, amp_cast_as_on_gpu, install_nd_wrappers
 
 __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
            "count_emulated", "rewritten_op_types", "EmulatedCachedOp", "EMULATED_OPS",
@@ -71,18 +71,14 @@ __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emu
 _LOG = logging.getLogger("mxmixed.emulation")
 
 
-def _apply():
-    undo = install_nd_wrappers()
-    undo.append(install_graph_hooks())
-    AMP_MODULE._cast_symbol_NDArray = amp_cast_as_on_gpu
-
-    def restore_amp_cast():
-        AMP_MODULE._cast_symbol_NDArray = REAL_AMP_CAST
-
-    undo.append(restore_amp_cast)
-    undo.append(install_overflow_check())
-    undo.extend(install_gpu_semantics())
-    return undo
+def _apply(patches):
+    """Every patch of MXNet the emulation makes, each through ``patches`` (:func:`disable`
+    undoes them)."""
+    install_nd_wrappers(patches)
+    install_graph_hooks(patches)
+    patches.patch(AMP_MODULE, "_cast_symbol_NDArray", amp_cast_as_on_gpu)
+    install_overflow_check(patches)
+    install_gpu_semantics(patches)
 
 
 def enable(mode="on"):
@@ -112,7 +108,7 @@ def enable(mode="on"):
                      "rounding with float32 arithmetic, for numerics and not speed.")
         EMULATION.announced = True
     if not EMULATION.active:
-        EMULATION.undo = _apply()
+        _apply(EMULATION.patches)
         EMULATION.active = True
     EMULATION.mode = mode
     EMULATION.reason = "no GPU visible" if mode == "auto" else "switched on explicitly"
@@ -120,13 +116,15 @@ def enable(mode="on"):
 
 
 def disable():
-    """Switch CPU float16 emulation off and restore MXNet's functions.
+    """Switch CPU float16 emulation off and undo every patch it made of MXNet.
 
-    AMP's wrappers, if ``amp.init`` ran in between, stay in place.
+    Each patched attribute is the object it was before :func:`enable` again: the ``mx.nd``
+    operator functions, ``mx.ndarray.CachedOp``, ``Symbol.bind`` / ``simple_bind``, AMP's
+    NDArray cast, ``LossScaler.has_overflow``, ``mx.nd.contrib.ROIAlign`` and
+    ``mx.nd.sparse.dot``. AMP's wrappers, if ``amp.init`` ran in between, stay in place, with
+    MXNet's original function beneath them.
     """
-    for undo in reversed(EMULATION.undo):
-        undo()
-    EMULATION.undo = []
+    EMULATION.patches.undo()
     EMULATION.active = False
     EMULATION.mode, EMULATION.reason = None, ""
 

@@ -165,7 +165,6 @@ def _roi_align_wrapper(original):
         return result
 
     roi_align.__name__, roi_align.__doc__ = original.__name__, original.__doc__
-    roi_align._mxmixed_emulates = original
     return roi_align
 
 
@@ -177,16 +176,11 @@ def _sparse_dot_wrapper(original):
                         forward_stype=forward_stype)
 
     dot.__name__, dot.__doc__ = original.__name__, original.__doc__
-    dot._mxmixed_emulates = original
     return dot
 
 
-def install_gpu_semantics():
-    """Wrap ``mx.nd.contrib.ROIAlign`` and ``mx.nd.sparse.dot``; return the undo callables."""
-    undo = []
+def install_gpu_semantics(patches):
+    """Wrap ``mx.nd.contrib.ROIAlign`` and ``mx.nd.sparse.dot`` through ``patches``."""
     for holder, attr, make in ((mx.nd.contrib, "ROIAlign", _roi_align_wrapper),
                                (mx.nd.sparse, "dot", _sparse_dot_wrapper)):
-        original = getattr(holder, attr)
-        setattr(holder, attr, make(original))
-        undo.append(lambda h=holder, a=attr, o=original: setattr(h, a, o))
-    return undo
+        patches.patch(holder, attr, make(getattr(holder, attr)))

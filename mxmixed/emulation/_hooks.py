@@ -160,15 +160,8 @@ _simple_bind.__doc__ = REAL_SIMPLE_BIND.__doc__
 _bind.__doc__ = REAL_BIND.__doc__
 
 
-def install_graph_hooks():
-    """Put the CachedOp and bind hooks in place; return their undo callable."""
-    mx.ndarray.CachedOp = EmulatedCachedOp
-    mx.sym.Symbol.simple_bind = _simple_bind
-    mx.sym.Symbol.bind = _bind
-
-    def restore():
-        mx.ndarray.CachedOp = REAL_CACHED_OP
-        mx.sym.Symbol.simple_bind = REAL_SIMPLE_BIND
-        mx.sym.Symbol.bind = REAL_BIND
-
-    return restore
+def install_graph_hooks(patches):
+    """Put the CachedOp and bind hooks in place through ``patches``."""
+    patches.patch(mx.ndarray, "CachedOp", EmulatedCachedOp)
+    patches.patch(mx.sym.Symbol, "simple_bind", _simple_bind)
+    patches.patch(mx.sym.Symbol, "bind", _bind)

@@ -7,11 +7,11 @@ time. While emulation is on, ``LossScaler.has_overflow`` is :func:`has_overflow`
 sums of squares of the gradients first (one ``multi_sum_sq``, one sync). A finite sum proves
 its array finite; only the arrays with a non-finite sum get MXNet's exact per-element test
 (``all_finite``, the one-array form of ``multi_all_finite``). The scale's bookkeeping is
-MXNet 1.9.1's. Anything but one float dtype on one CPU context (GPU arrays, mixed dtypes, no
-gradients) goes to MXNet's own method, so its failures stay MXNet's too.
+MXNet 1.9.1's own method, run on a one-element stand-in that carries the decision. Anything but
+one float dtype on one CPU context (GPU arrays, mixed dtypes, no gradients) goes to MXNet's own
+method, so its failures stay MXNet's too.
 """
-import logging
-
+import mxnet as mx
 from mxnet import autograd
 from mxnet.contrib.amp.loss_scaler import LossScaler
 
@@ -27,6 +27,15 @@ def _summable(grads):
     dtype, ctx = first.dtype, first.context
     return fast_check_applies(dtype, ctx) and all(
         g.dtype == dtype and g.context == ctx for g in grads)
+
+
+class _Verdict:
+    """A parameter as ``LossScaler.has_overflow`` reads it (``_grad``), holding one element that
+    is finite or not as the decision already taken, so that MXNet's own method keeps the scale's
+    bookkeeping at the cost of a one-element check."""
+
+    def __init__(self, overflow, ctx):
+        self._grad = [mx.nd.full((1,), float("inf") if overflow else 0.0, ctx=ctx)]
 
 
 def has_overflow(self, params):
@@ -48,26 +57,9 @@ def has_overflow(self, params):
     with autograd.pause():
         suspects = nonfinite_sums(grads, uniform=True)
         overflow = bool(suspects) and not each_finite(suspects)
-    # MXNet 1.9.1's bookkeeping, as in LossScaler.has_overflow
-    self._loss_scale = self._next_loss_scale
-    if overflow:
-        self._next_loss_scale = self._loss_scale / 2.
-        self._unskipped = 0
-        logging.info("AMP: decreasing loss scale to %f", self._next_loss_scale)
-    else:
-        self._unskipped += 1
-    if self._unskipped == self._scale_seq_len:
-        self._unskipped = 0
-        self._next_loss_scale = min(self._max_loss_scale, self._loss_scale * 2.)
-        logging.info("AMP: increasing loss scale to %f", self._next_loss_scale)
-    return overflow
+    return REAL_HAS_OVERFLOW(self, [_Verdict(overflow, grads[0].context)])
 
 
-def install_overflow_check():
-    """Make :func:`has_overflow` ``LossScaler.has_overflow``; return the undo callable."""
-    LossScaler.has_overflow = has_overflow
-
-    def restore():
-        LossScaler.has_overflow = REAL_HAS_OVERFLOW
-
-    return restore
+def install_overflow_check(patches):
+    """Make :func:`has_overflow` ``LossScaler.has_overflow`` through ``patches``."""
+    patches.patch(LossScaler, "has_overflow", has_overflow)

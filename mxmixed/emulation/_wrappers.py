@@ -23,7 +23,6 @@ __all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AM
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
 
 _FLOAT16 = np.dtype(np.float16)
-_MARK = "_mxmixed_emulates"
 
 _DECONV_TRAINING = (
     "training a float16 Deconvolution with target_shape under CPU emulation hits an MXNet 1.9.1 "
@@ -151,7 +150,6 @@ def _make_nd_wrapper(op_name, original, spec):
 
     emulated_op.__name__ = getattr(original, "__name__", op_name)
     emulated_op.__doc__ = original.__doc__
-    setattr(emulated_op, _MARK, original)
     return emulated_op
 
 
@@ -165,31 +163,16 @@ def _amp_cell(func):
     return func.__closure__[func.__code__.co_freevars.index("f")]
 
 
-def _install(holder, attr, make):
-    """Put ``make(original)`` beneath any AMP wrappers of ``holder.attr``; return its undo."""
+def _install(patches, holder, attr, make):
+    """Put ``make(original)`` beneath any AMP wrappers of ``holder.attr``, through ``patches``."""
     current = getattr(holder, attr)
     if not _is_amp_wrapper(current):
-        setattr(holder, attr, make(current))
-        return lambda: _uninstall(holder, attr)
+        patches.patch(holder, attr, make(current))
+        return
     cell = _amp_cell(current)
     while _is_amp_wrapper(cell.cell_contents):
         cell = _amp_cell(cell.cell_contents)
-    cell.cell_contents = make(cell.cell_contents)
-    return lambda: _uninstall(holder, attr)
-
-
-def _uninstall(holder, attr):
-    """Remove the emulation wrapper from ``holder.attr``, wherever AMP has put it since."""
-    current = getattr(holder, attr)
-    if hasattr(current, _MARK):
-        setattr(holder, attr, getattr(current, _MARK))
-        return
-    while _is_amp_wrapper(current):
-        cell = _amp_cell(current)
-        if hasattr(cell.cell_contents, _MARK):
-            cell.cell_contents = getattr(cell.cell_contents, _MARK)
-            return
-        current = cell.cell_contents
+    patches.patch(cell, "cell_contents", make(cell.cell_contents))
 
 
 def _nd_holders(op_name):
@@ -198,15 +181,13 @@ def _nd_holders(op_name):
     return [(mx.nd, op_name), (mx.nd.op, op_name)]
 
 
-def install_nd_wrappers():
-    """Wrap every emulated ``mx.nd`` function; return the undo callables."""
-    undo = []
+def install_nd_wrappers(patches):
+    """Wrap every emulated ``mx.nd`` function through ``patches``."""
     for op_name, spec in EMULATED_OPS.items():
         for holder, attr in _nd_holders(op_name):
             if hasattr(holder, attr):
-                undo.append(_install(holder, attr,
-                                     lambda orig, n=op_name, s=spec: _make_nd_wrapper(n, orig, s)))
-    return undo
+                _install(patches, holder, attr,
+                         lambda orig, n=op_name, s=spec: _make_nd_wrapper(n, orig, s))
 
 
 # ---------------------------------------------------------------- AMP's own casts on a CPU
