@@ -25,7 +25,6 @@ input batch       4 B             4 B                2 B
    peak is lower; activation gradients, workspaces and allocator slack are not counted.
    The estimate is for comparing precisions, not for predicting an out-of-memory error.
 """
-import json
 from collections import OrderedDict, namedtuple
 from typing import Dict, Optional, Union
 
@@ -181,7 +180,7 @@ def _untyped(sym):
     for node in graph["nodes"]:
         if node["op"] == "null":
             node.get("attrs", {}).pop("__dtype__", None)
-    return mx.sym.load_json(json.dumps(graph))
+    return load_graph(graph)
 
 
 def _float16_graph(sym):
@@ -196,7 +195,7 @@ def _float16_graph(sym):
             attrs["dtype"] = "float16"
             node["attrs"] = attrs
             changed = True
-    return mx.sym.load_json(json.dumps(graph)) if changed else sym
+    return load_graph(graph) if changed else sym
 
 
 def _graphs(net):

@@ -4,7 +4,6 @@
 Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
-import json
 import warnings
 
 import numpy as np
@@ -13,6 +12,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
+from .. import _graph as graphs
 from .. import emulation
 from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
@@ -177,7 +177,7 @@ def _block_graph(block, inputs, ctx):
             attrs = node.get("attrs", {})
             if "__dtype__" in attrs and _var_dtype(node) == _FLOAT16:
                 attrs["__dtype__"] = str(_DTYPE_NP_TO_MX[np.float32])
-    return [v.name for v in data_vars], mx.sym.load_json(json.dumps(graph))
+    return [v.name for v in data_vars], graphs.load_graph(graph)
 
 
 def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclude_ops=(),

@@ -69,7 +69,7 @@ def _parse_symbol(text, path):
         raise ConversionError("symbol file %s is JSON but not an MXNet symbol (no 'nodes' and "
                               "'heads')" % path)
     try:
-        return mx.sym.load_json(json.dumps(graph))
+        return graphs.load_graph(graph)
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
                               % (path, _last_line(err))) from None

@@ -4,7 +4,6 @@ A wrapper of ``mxnet.contrib.amp.convert_model`` with checked inputs, exclusions
 float16 params and float16 inputs and outputs. Re-exported by :mod:`mxmixed.symbolic`.
 """
 import difflib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -13,6 +12,7 @@ import numpy as np
 
 import mxnet as mx
 
+from .. import _graph as graphs
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._common import ConversionError, _BFLOAT16, _CAST_OPS, _FLOAT16, _FLOAT32
 from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
@@ -218,7 +218,7 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
         graph = _graph(new_sym)
         data_types = {n: _FLOAT32 for n in data_names}
         dtypes = _entry_dtypes(graph, _known_types(new_args, new_auxs, data_types))
-        new_sym = mx.sym.load_json(json.dumps(_io_float16(graph, set(data_names), dtypes)))
+        new_sym = graphs.load_graph(_io_float16(graph, set(data_names), dtypes))
     report = _build_report(before_graph, new_sym, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons,
                            {"keep_io_types": bool(keep_io_types),

@@ -61,36 +61,6 @@ def _var_dtype(node, default=_FLOAT32):
     return graphs.var_dtype(node, default)
 
 
-def _rebuild(graph, keep, entry_map, extra_after):
-    """Copy ``graph`` keeping nodes in ``keep``, remapping entries, inserting new nodes.
-
-    ``entry_map(consumer, (src, out)) -> (src, out)`` redirects inputs (in old indices, where a
-    negative ``src`` names a new node by ``-1 - k``); ``extra_after[i]`` lists new nodes to
-    place right after old node ``i`` (their inputs in old indices).
-    """
-    new_nodes, index, extra_index = [], {}, {}
-
-    def mapped(consumer, entry):
-        src, out = entry_map(consumer, (entry[0], entry[1]))
-        return [extra_index[src] if src < 0 else index[src], out, 0]
-
-    for i, node in enumerate(graph["nodes"]):
-        if i in keep:
-            node = dict(node)
-            node["inputs"] = [mapped(i, e) for e in node["inputs"]]
-            new_nodes.append(node)
-            index[i] = len(new_nodes) - 1
-        for extra in extra_after.get(i, ()):
-            extra = dict(extra)
-            extra["inputs"] = [[index[src], out, 0] for src, out, _ in extra["inputs"]]
-            new_nodes.append(extra)
-            extra_index[extra["_id"]] = len(new_nodes) - 1
-            del extra["_id"]
-    heads = [mapped(None, e) for e in graph["heads"]]
-    return {"nodes": new_nodes, "heads": heads, "attrs": graph.get("attrs", {}),
-            "arg_nodes": [j for j, n in enumerate(new_nodes) if n["op"] == "null"]}
-
-
 def _io_float16(graph, data_names, dtypes):
     """Drop the boundary casts: float16 data inputs and float16 outputs (keep_io_types=False).
 
@@ -104,28 +74,17 @@ def _io_float16(graph, data_names, dtypes):
     for j, node in enumerate(nodes):
         for src, out, _ in node["inputs"]:
             consumers.setdefault(src, []).append(j)
-    drop, redirect, up_for = set(), {}, {}
-    extra_after = {}
+    down_casts, widen = {}, set()
     for d, node in enumerate(nodes):
         if node["op"] != "null" or node["name"] not in data_names:
             continue
         users = sorted(set(consumers.get(d, [])))
         down = [j for j in users if nodes[j]["op"] == "amp_cast"
                 and nodes[j]["attrs"].get("dtype") == "float16"]
-        if not down:
-            continue
-        nodes[d] = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16)))
-        for j in down:
-            drop.add(j)
-            redirect[(j, 0)] = (d, 0)
-        others = [j for j in users if j not in down]
-        if others:
-            new_id = -1 - len(extra_after)
-            extra_after[d] = [{"op": "amp_cast", "name": node["name"] + "_amp_cast_float32",
-                               "attrs": {"dtype": "float32"}, "inputs": [[d, 0, 0]],
-                               "_id": new_id}]
-            for j in others:
-                up_for[j, d] = new_id
+        if down:
+            down_casts[d] = down
+            if len(down) < len(users):
+                widen.add(d)
     head_redirect = {}
     for src, out, _ in graph["heads"]:
         node = nodes[src]
@@ -133,20 +92,27 @@ def _io_float16(graph, data_names, dtypes):
             inner = tuple(node["inputs"][0][:2])
             if dtypes.get(inner) == _FLOAT16:
                 head_redirect[(src, out)] = inner
-    if not drop and not head_redirect:
+    if not down_casts and not head_redirect:
         return graph
-
-    def entry_map(consumer, entry):
-        if consumer is None:
-            entry = head_redirect.get(entry, entry)
-        elif (consumer, entry[0]) in up_for:
-            return up_for[consumer, entry[0]], 0
-        return redirect.get(entry, entry)
-
     used = {src for node in nodes for src, _, _ in node["inputs"]}
+    drop = {j for down in down_casts.values() for j in down}
     drop |= {src for src, _ in head_redirect if src not in used}
-    keep = {i for i in range(len(nodes)) if i not in drop}
-    return _rebuild(graph, keep, entry_map, extra_after)
+    new, upcast = graphs.Rebuild(graph), {}
+    for i, node in enumerate(nodes):
+        if i in drop:
+            continue
+        node = dict(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
+                                  for e in node["inputs"]])
+        if i in down_casts:
+            node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16))
+        new.place(i, new.add(node))
+        for j in down_casts.get(i, ()):
+            new.redirect((j, 0), (new.entry([i, 0])))
+        if i in widen:  # its other readers need float32
+            upcast[i] = new.add(graphs.cast_node(node["name"] + "_amp_cast_float32", "float32",
+                                                 new.entry([i, 0])))
+    return new.graph(heads=[list(head_redirect.get((src, out), (src, out))) + [version]
+                            for src, out, version in graph["heads"]])
 
 
 def _batchnorm_params(graph):

@@ -8,12 +8,11 @@
 * :func:`_underflow_layers` names layers (and outputs) whose float32 values are all below
   float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
 """
-import json
 
 import numpy as np
 
-import mxnet as mx
 
+from .. import _graph as graphs
 from ._graph import _graph, _inference_graph
 from ._validation import _Runner, _progress
 
@@ -54,10 +53,9 @@ def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, ref
     """
     graph = _graph(_inference_graph(sym))
     position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
-    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
     heads = list(graph["heads"])
-    probe["heads"] = heads + [[position[name], 0, 0] for name in names]
-    runner = _Runner((mx.sym.load_json(json.dumps(probe)), arg_params, aux_params), ctx)
+    probe = dict(graph, heads=heads + [[position[name], 0, 0] for name in names])
+    runner = _Runner((graphs.load_graph(probe), arg_params, aux_params), ctx)
     outputs = [[] for _ in heads]
     stats = _Stats(len(names))
     kept = []
