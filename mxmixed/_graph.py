@@ -249,8 +249,10 @@ def inline_nodes(sub, inputs, first_id):
     -------
     list of dict
         The op nodes of ``sub`` in order, reading graph entries; the last gives its output.
+        The casts that AMP's wrappers of ``mx.sym`` put into a subgraph built after
+        ``amp.init`` are left out: the subgraph computes as it was written.
     """
-    graph = graph_json(sub)
+    graph = json.loads(sub.tojson(remove_amp_cast=True))
     outer = {j: inputs[n["name"]][:2] for j, n in enumerate(graph["nodes"]) if n["op"] == "null"}
     nodes, index = [], {}
     for j, node in enumerate(graph["nodes"]):
