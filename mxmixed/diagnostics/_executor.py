@@ -17,8 +17,8 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
-from .._graph import LOSS_OUTPUT_OPS, last_line, load_graph
-from ._graph import graph_json, infer_shapes
+from .._graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
+from ._graph import infer_shapes
 
 
 @contextlib.contextmanager

@@ -34,10 +34,10 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._convert import amp_forced, convert_graph, settle
-from .._graph import load_graph
+from .._graph import graph_json, load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, InputShape, check_block, data_inputs, graph_json, is_cast,
+from ._graph import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]

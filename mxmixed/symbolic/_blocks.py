@@ -10,15 +10,15 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
-from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
 from .. import _graph as graphs
 from .. import emulation
+from .._convert import ConversionError
+from .._graph import FLOAT16, graph_json, last_line, var_dtype
 from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
-from ._common import ConversionError, _FLOAT16, _last_line
 from ._conversion import convert
-from ._graph import _default_ctx, _graph, _is_cpu, _symbol_block, _var_dtype
+from ._graph import default_ctx, is_cpu, symbol_block
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
@@ -72,7 +72,7 @@ def load_float16(prefix, epoch=0, ctx=None):
     ((2, 10), 'float32')
     """
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
-    return _symbol_block(sym, arg_params, aux_params, _default_ctx(ctx))
+    return symbol_block(sym, arg_params, aux_params, default_ctx(ctx))
 
 
 def load_bfloat16(prefix, epoch=0):
@@ -133,7 +133,7 @@ def load_bfloat16(prefix, epoch=0):
     if bfloat16_native() is None:
         warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
-    block = _symbol_block(sym, arg_params, aux_params, mx.cpu())
+    block = symbol_block(sym, arg_params, aux_params, mx.cpu())
     if not block._mxmixed_bfloat16:
         raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
                               "params): load a float16 one with load_float16" % prefix)
@@ -162,21 +162,21 @@ def _block_graph(block, inputs, ctx):
             block.hybridize()
         if _deferred(block):  # shapes are unknown until the block runs once
             try:
-                with emulation.emulated() if _is_cpu(ctx) else contextlib.nullcontext():
+                with emulation.emulated() if is_cpu(ctx) else contextlib.nullcontext():
                     block(*data)
                     mx.nd.waitall()
             except mx.base.MXNetError as err:
                 raise ConversionError("block %s failed on the example inputs: %s"
-                                      % (block.name, _last_line(err))) from None
+                                      % (block.name, last_line(err))) from None
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph
-    graph = _graph(sym)
+    graph = graph_json(sym)
     for node in graph["nodes"]:  # a float32 graph: forget dtypes of a cast block (#17164)
         if node["op"] == "null":
             attrs = node.get("attrs", {})
-            if "__dtype__" in attrs and _var_dtype(node) == _FLOAT16:
-                attrs["__dtype__"] = str(_DTYPE_NP_TO_MX[np.float32])
+            if "__dtype__" in attrs and var_dtype(node) == FLOAT16:
+                attrs["__dtype__"] = graphs.dtype_code(np.float32)
     return [v.name for v in data_vars], graphs.load_graph(graph)
 
 
@@ -225,7 +225,7 @@ def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclud
     """
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
-    ctx = _default_ctx(ctx)
+    ctx = default_ctx(ctx)
     params = block.collect_params()
     first = next(iter(params.values()), None)
     run_ctx = first.list_ctx()[0] if first is not None else ctx

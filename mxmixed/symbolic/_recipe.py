@@ -7,7 +7,7 @@ import numpy as np
 
 import mxnet as mx
 
-from ._common import _FLOAT16, _FLOAT32
+from .._graph import FLOAT16, FLOAT32
 
 __all__ = ["float16_softmax_symbol", "multi_precision_params", "multi_precision_optimizer"]
 
@@ -43,12 +43,12 @@ def float16_softmax_symbol(body, dtype="float16", loss_scale=1.0, data_name="dat
        Only static loss scaling exists for the Module API in MXNet 1.9.1; dynamic loss
        scaling (``amp.init_trainer``, :class:`mxmixed.LossScaler`) is Gluon-only.
     """
-    if np.dtype(dtype) not in (_FLOAT16, _FLOAT32):
+    if np.dtype(dtype) not in (FLOAT16, FLOAT32):
         raise ValueError("dtype must be 'float16' or 'float32', got %r" % (dtype,))
     if not loss_scale > 0:
         raise ValueError("loss_scale must be positive, got %r" % (loss_scale,))
     data = mx.sym.var(data_name)
-    half = np.dtype(dtype) == _FLOAT16
+    half = np.dtype(dtype) == FLOAT16
     if half:
         data = mx.sym.Cast(data, dtype="float16", name=data_name + "_float16")
     out = body(data)
