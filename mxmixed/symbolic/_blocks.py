@@ -5,6 +5,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
 import warnings
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -18,13 +19,15 @@ from .._graph import FLOAT16, graph_json, last_line, var_dtype
 from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert
+from ._report import ConversionReport
 from ._graph import default_ctx, is_cpu, symbol_block
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
 
 # ------------------------------------------------------------------ loading and Gluon blocks
-def load_float16(prefix, epoch=0, ctx=None):
+def load_float16(prefix: str, epoch: int = 0,
+                 ctx: Optional[mx.Context] = None) -> gluon.SymbolBlock:
     """Load a converted checkpoint as a ``SymbolBlock`` ready for inference.
 
     On a CPU the graph goes through the emulation pass, so the float16 layers run (with
@@ -75,7 +78,7 @@ def load_float16(prefix, epoch=0, ctx=None):
     return symbol_block(sym, arg_params, aux_params, default_ctx(ctx))
 
 
-def load_bfloat16(prefix, epoch=0):
+def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
     """Load a checkpoint converted to bfloat16 as a fast ``SymbolBlock`` for CPU inference.
 
     The pair is checked (params against graph, a bfloat16 graph), each param gets its stored
@@ -180,8 +183,11 @@ def _block_graph(block, inputs, ctx):
     return [v.name for v in data_vars], graphs.load_graph(graph)
 
 
-def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclude_ops=(),
-                         keep_io_types=True, cast_optional_params=True, return_report=False):
+def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
+                         ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
+                         exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+                         cast_optional_params: bool = True, return_report: bool = False
+                         ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
     Unlike ``mxnet.contrib.amp.convert_hybrid_block`` (``ctx=gpu(0)`` by default, and an

@@ -6,6 +6,7 @@ Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-ex
 import json
 import os
 import re
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,9 +20,12 @@ from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_b
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
 
+# (sym, arg_params, aux_params), as mx.model.load_checkpoint returns them
+Checkpoint = Tuple[mx.sym.Symbol, Dict[str, mx.nd.NDArray], Dict[str, mx.nd.NDArray]]
+
 
 # ------------------------------------------------------------------ checkpoint files
-def checkpoint_paths(prefix, epoch):
+def checkpoint_paths(prefix: str, epoch: int) -> Tuple[str, str]:
     """The two files of a checkpoint.
 
     Parameters
@@ -95,7 +99,7 @@ def _split_params(loaded, path):
     return arg_params, aux_params
 
 
-def load_checkpoint(prefix, epoch=0, allow_float16=True):
+def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> Checkpoint:
     """Load and check a Symbol checkpoint, with one-line errors instead of MXNet tracebacks.
 
     Parameters
@@ -149,7 +153,8 @@ def _shape_attr(text):
     return tuple(int(d) for d in match.group(1).split(",") if d.strip())
 
 
-def data_inputs(sym, arg_params, aux_params):
+def data_inputs(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                aux_params: Dict[str, mx.nd.NDArray]) -> List[str]:
     """The inputs of a graph that are not parameters (data, labels), in graph order.
 
     Parameters
@@ -165,8 +170,10 @@ def data_inputs(sym, arg_params, aux_params):
     return [name for name in sym.list_inputs() if name not in params]
 
 
-def check_params(sym, arg_params, aux_params, allow_float16=True, source="the params",
-                 data_shapes=None):
+def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                 aux_params: Dict[str, mx.nd.NDArray], allow_float16: bool = True,
+                 source: str = "the params",
+                 data_shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
     """Check that parameters belong to a symbol: names, declared shapes and dtypes.
 
     Parameters
@@ -284,7 +291,8 @@ def _accepted_ranks(sym, name, shape):
     return ranks
 
 
-def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
+def save_checkpoint(prefix: str, epoch: int, sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                    aux_params: Dict[str, mx.nd.NDArray]) -> Tuple[str, str]:
     """Write a checkpoint pair atomically: both new files, or the earlier pair untouched.
 
     Both files go through :func:`mxmixed._io.atomic_write_group`: they are written to

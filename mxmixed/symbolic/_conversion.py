@@ -6,11 +6,12 @@ float16 params and float16 inputs and outputs. Re-exported by :mod:`mxmixed.symb
 import difflib
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import mxnet as mx
+from mxnet import gluon
 
 from .. import _graph as graphs
 from .._convert import ConversionError, convert_graph
@@ -46,7 +47,7 @@ class ConvertedModel:
     report: ConversionReport = field(repr=False)
     calibration_outputs: Optional[List[np.ndarray]] = field(default=None, repr=False)
 
-    def save(self, prefix, epoch=0):
+    def save(self, prefix: str, epoch: int = 0) -> Tuple[str, str]:
         """Write ``prefix-symbol.json`` and ``prefix-%04d.params``: both or neither.
 
         Returns
@@ -56,7 +57,7 @@ class ConvertedModel:
         """
         return save_checkpoint(prefix, epoch, self.symbol, self.arg_params, self.aux_params)
 
-    def to_block(self, ctx=None):
+    def to_block(self, ctx: Optional[mx.Context] = None) -> gluon.SymbolBlock:
         """The model as a ``SymbolBlock`` for inference (float16 emulated on a CPU).
 
         Parameters
@@ -99,10 +100,13 @@ def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_nam
     return result.symbol, result.arg_params, result.aux_params
 
 
-def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),
-            exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=(),
-            keep_detection_float32=True, calibration=None, batch_size=8, ctx=None,
-            progress=False):
+def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+            aux_params: Dict[str, mx.nd.NDArray],
+            target_dtype: str = "float16", exclude_layers: Sequence[str] = (),
+            exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+            cast_optional_params: bool = True, searched_layers: Sequence[str] = (),
+            keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
+            ctx: Optional[mx.Context] = None, progress: bool = False) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone

@@ -12,18 +12,22 @@ the exporter's fixes live in :mod:`._onnx_graph`.
 """
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
+
+import mxnet as mx
 
 from .._convert import ConversionError
 from .._graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
 from .._io import atomic_write
+from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
 from ._graph import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
-from ._validation import Runner, ValidationReport, progress_bar, run_batches, split_batches
+from ._validation import (Model, Runner, ValidationReport, progress_bar, run_batches,
+                          split_batches)
 
 __all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
@@ -63,21 +67,21 @@ class OnnxModel:
     seconds: float = 0.0
     notes: List[str] = field(default_factory=list)
 
-    def serialize(self):
+    def serialize(self) -> bytes:
         """The model file's bytes (bytes)."""
         return self.proto.SerializeToString()
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Size of the ONNX file in bytes (int)."""
         return self.proto.ByteSize()
 
     @property
-    def size_ratio(self):
+    def size_ratio(self) -> Optional[float]:
         """``nbytes / float32_bytes`` (float or None)."""
         return self.nbytes / self.float32_bytes if self.float32_bytes else None
 
-    def save(self, path):
+    def save(self, path: str) -> str:
         """Write the ONNX file atomically: the old file stays whole if anything fails.
 
         Returns
@@ -98,7 +102,8 @@ class OnnxModel:
         return "\n".join([text] + ["note: " + note for note in self.notes])
 
 
-def export_onnx(model, input_shape, float32_model=None):
+def export_onnx(model: Model, input_shape: Sequence[int],
+                float32_model: Optional[Checkpoint] = None) -> OnnxModel:
     """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
 
     MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
@@ -184,8 +189,9 @@ def export_onnx(model, input_shape, float32_model=None):
                      time.perf_counter() - start, notes)
 
 
-def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, rule="auto",
-                  ctx=None):
+def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], inputs: Any,
+                  batch_size: int = 8, progress: bool = True, rule: str = "auto",
+                  ctx: Optional[mx.Context] = None) -> ValidationReport:
     """Run the ONNX model in onnxruntime on the CPU and compare it with MXNet's float32 model.
 
     The same comparison as :func:`validate` (``relative``, or ``detections`` for detectors).

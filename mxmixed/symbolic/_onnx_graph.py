@@ -29,7 +29,7 @@ __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages"
 
 ONNX_INSTALL = "pip install -c constraints.txt 'mxmixed[onnx]'"
 
-def check_onnx():
+def check_onnx() -> None:
     """Check that onnx and onnxruntime can be imported (the ``onnx`` extra).
 
     Raises

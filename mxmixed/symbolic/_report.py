@@ -82,21 +82,21 @@ class ConversionReport:
     notes: List[str] = field(default_factory=list)
 
     @property
-    def bytes_before(self):
+    def bytes_before(self) -> int:
         """Total parameter bytes before the conversion (int)."""
         return sum(self.param_bytes_before.values())
 
     @property
-    def bytes_after(self):
+    def bytes_after(self) -> int:
         """Total parameter bytes after the conversion (int)."""
         return sum(self.param_bytes_after.values())
 
     @property
-    def size_ratio(self):
+    def size_ratio(self) -> float:
         """Parameter bytes after / before (float)."""
         return self.bytes_after / self.bytes_before if self.bytes_before else 1.0
 
-    def count(self, op, dtype):
+    def count(self, op: str, dtype: str) -> int:
         """Number of ``op`` nodes computing in ``dtype`` (int)."""
         name = dtype if dtype == "bfloat16" else dtype_name(dtype)
         return self.ops.get(op, {}).get(name, 0)
@@ -104,7 +104,7 @@ class ConversionReport:
     def __str__(self):
         return self.format()
 
-    def verdict(self):
+    def verdict(self) -> str:
         """The report's first line: what computes in the target dtype, the size, what stayed
         float32."""
         computing = sum(sum(c.values()) for c in self.ops.values())
@@ -126,7 +126,7 @@ class ConversionReport:
             kept.setdefault(reason, []).append(name)
         return dict(sorted(kept.items(), key=lambda item: (-len(item[1]), item[0])))
 
-    def format(self, verbose=False):
+    def format(self, verbose: bool = False) -> str:
         """The report as text: the verdict first, then the details.
 
         Parameters

@@ -7,9 +7,11 @@ float32 and one float16 run), bisects the ranking and prunes the prefix by group
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+import mxnet as mx
 
 from .._convert import ConversionError
 from .._graph import graph_json
@@ -93,10 +95,13 @@ def _rank(names, peaks, scores):
     return [names[k] for k in order]
 
 
-def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, exclude_layers=(),
-                       exclude_ops=(), keep_io_types=True, cast_optional_params=True,
-                       batch_size=8, ctx=None, progress=True, keep_detection_float32=True,
-                       rule="auto"):
+def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                       aux_params: Dict[str, mx.nd.NDArray],
+                       inputs: Any, tolerance: float = 1e-2, exclude_layers: Sequence[str] = (),
+                       exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+                       cast_optional_params: bool = True, batch_size: int = 8,
+                       ctx: Optional[mx.Context] = None, progress: bool = True,
+                       keep_detection_float32: bool = True, rule: str = "auto") -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying

@@ -7,7 +7,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -22,6 +22,10 @@ from ._graph import default_ctx, is_cpu, symbol_block
 
 __all__ = ["validate", "ValidationReport", "Runner", "largest_error", "progress_bar", "run_batches",
            "split_batches"]
+
+# What validate() and the ONNX check run: a gluon Block, a ConvertedModel or a
+# (sym, arg_params, aux_params) tuple (their docstrings say which).
+Model = Any
 
 
 # ------------------------------------------------------------------ running models
@@ -147,18 +151,18 @@ class ValidationReport:
     target_dtype: str = "float16"
 
     @property
-    def error(self):
+    def error(self) -> float:
         """The largest error over :attr:`checks` (float): what :meth:`passes` compares."""
         if not self.checks:
             return self.max_rel_error
         return max(check.error for check in self.checks)
 
     @property
-    def rule(self):
+    def rule(self) -> str:
         """The rule(s) used, in words (str)."""
         return "; ".join(sorted({check.rule for check in self.checks})) or "relative"
 
-    def passes(self, tolerance):
+    def passes(self, tolerance: float) -> bool:
         """Whether every output is finite and every check's error is ``<= tolerance`` (bool).
 
         Float16 inf or NaN counts only where the float32 value is finite.
@@ -208,8 +212,10 @@ def _device_text(ctx, target="float16"):
     return "%s (float16 %s)" % (ctx, "emulated" if is_cpu(ctx) else "native")
 
 
-def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=True,
-             input_dtype=None, rule="auto", reference=None):
+def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int = 8,
+             ctx: Optional[mx.Context] = None, progress: bool = True,
+             input_dtype: Optional[str] = None, rule: str = "auto",
+             reference: Optional[List[np.ndarray]] = None) -> "ValidationReport":
     """Run the float32 and the float16 model on the same inputs and compare the outputs.
 
     On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
