@@ -99,10 +99,10 @@ def one(name, family, shape, samples):
     # the float32 model exported the same way (parameters as initializers, not as inputs, so
     # that onnxruntime may fold and pre-pack them as it does for float16): is the exporter
     # itself faithful to MXNet, before any float16?
-    from mxmixed.symbolic._onnx_graph import _to_proto
+    from mxmixed.symbolic._onnx_graph import to_proto
 
-    proto32, _ = _to_proto(fp32[0], dict(fp32[1], **fp32[2]), "data", np.dtype(np.float32),
-                           shape)
+    proto32, _ = to_proto(fp32[0], dict(fp32[1], **fp32[2]), "data", np.dtype(np.float32),
+                          shape)
     check32 = symbolic.validate_onnx(fp32, proto32.SerializeToString(), X,
                                      batch_size=samples, progress=False)
     row["float32_onnx_error"] = check32.error

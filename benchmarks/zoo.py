@@ -182,6 +182,7 @@ def one(name, family, shape, samples, search, init, tolerance, search_tolerance,
     import numpy as np
 
     from mxmixed import symbolic
+    from mxmixed.symbolic._validation import Runner
 
     warnings.filterwarnings("ignore")
     row = {"workload": name + ("" if init == "fan-in" else " (%s init)" % init),
@@ -227,7 +228,7 @@ def one(name, family, shape, samples, search, init, tolerance, search_tolerance,
                    tolerance=tolerance, checks=[[c.name, c.error, c.detail]
                                                 for c in check.checks])
         block16 = model.to_block(mx.cpu())
-        block32 = symbolic._Runner((sym, args, auxs), mx.cpu()).block
+        block32 = Runner((sym, args, auxs), mx.cpu()).block
         data = mx.nd.array(X)
 
         def run(block):

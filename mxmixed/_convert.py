@@ -80,10 +80,6 @@ def amp_forced(sym, excluded=()):
     return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in graphs.DETECTION_OPS}
 
 
-def _floating(dtype):
-    return graphs.is_floating(dtype)
-
-
 def _node_types(node, in_types, n_out):
     """Output dtypes of ``node`` given input dtypes, from MXNet's inference (or None)."""
     nodes = [{"op": "null", "name": "in%d" % k, "inputs": []} for k in range(len(in_types))]
@@ -131,16 +127,18 @@ def _output_counts(graph):
 class _Settler:
     """The state of one :func:`settle` walk: the new nodes, their dtypes and the casts made."""
 
-    def __init__(self, lp16, low=FLOAT16):
-        self.nodes, self.types, self.casts, self.widened = [], {}, {}, []
+    def __init__(self, graph, lp16, low=FLOAT16):
+        self.new = graphs.Rebuild(graph)
+        self.nodes = self.new.nodes
+        self.types, self.casts, self.widened = {}, {}, []
         self.lp16 = lp16
         self.low = low
 
     def add(self, node, out_types):
-        self.nodes.append(node)
+        new_id = self.new.add(node)
         for j, t in enumerate(out_types):
-            self.types[(len(self.nodes) - 1, j)] = t
-        return len(self.nodes) - 1
+            self.types[(new_id, j)] = t
+        return new_id
 
     def cast(self, entry, dtype):
         key = (entry, graphs.dtype_name(dtype))
@@ -156,9 +154,10 @@ class _Settler:
                        for e in entries]
         outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None and node["name"] not in forced:
-            floats = {graphs.dtype_name(self.types[e]) for e in entries if _floating(self.types.get(e))}
+            floats = {graphs.dtype_name(self.types[e]) for e in entries
+                      if graphs.is_floating(self.types.get(e))}
             if node["op"] in self.lp16:
-                entries = [self.cast(e, self.low) if _floating(self.types.get(e))
+                entries = [self.cast(e, self.low) if graphs.is_floating(self.types.get(e))
                            and self.types.get(e) != self.low else e for e in entries]
             else:
                 entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
@@ -202,8 +201,7 @@ def settle(graph, forced, param_types, data_types, target="float16"):
     n_out = _output_counts(graph)
     fp32_params = _fp32_params(nodes, forced, param_types)
     low = graphs.BFLOAT16 if target == "bfloat16" else FLOAT16
-    walk = _Settler(set(amp.list_lp16_ops(graphs.amp_list_key(target))), low)
-    where = {}
+    walk = _Settler(graph, set(amp.list_lp16_ops(graphs.amp_list_key(target))), low)
     for i, node in enumerate(nodes):
         node = dict(node)
         if node["op"] == "null":
@@ -213,19 +211,16 @@ def settle(graph, forced, param_types, data_types, target="float16"):
                 node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(FLOAT32))
             else:
                 dtype = np.dtype(param_types.get(name, data_types.get(name, FLOAT32)))
-            where[i] = walk.add(node, [dtype])
+            walk.new.place(i, walk.add(node, [dtype]))
             continue
-        entries = [(where[src], out) for src, out, _ in node["inputs"]]
+        entries = [tuple(walk.new.entry(e)[:2]) for e in node["inputs"]]
         if node["op"] == "amp_cast" and nodes[node["inputs"][0][0]]["name"] in fp32_params:
-            where[i] = entries[0][0]  # a float16 cast of a param kept float32: pass it through
+            walk.new.place(i, entries[0][0])  # a float16 cast of a param kept float32: pass it on
             continue
         entries, outs = walk.fit(node, entries, forced, n_out.get(i, 1))
         node["inputs"] = [[s, o, 0] for s, o in entries]
-        where[i] = walk.add(node, outs)
-    heads = [[where[src], out, 0] for src, out, _ in graph["heads"]]
-    new_graph = {"nodes": walk.nodes, "heads": heads, "attrs": graph.get("attrs", {}),
-                 "arg_nodes": [j for j, n in enumerate(walk.nodes) if n["op"] == "null"]}
-    return new_graph, walk.widened, fp32_params
+        walk.new.place(i, walk.add(node, outs))
+    return walk.new.graph(), walk.widened, fp32_params
 
 
 def param_types_after(graph, arg_params, aux_params):

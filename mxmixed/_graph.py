@@ -1,8 +1,10 @@
 """The one graph-JSON and type-inference layer: Symbol <-> JSON dict, dtypes and shapes.
 
 Everything that reads or rewrites a Symbol graph (the emulation's graph pass, the symbolic
-conversion, the diagnostics) goes through these helpers, so a graph is parsed one way and its
-dtypes and shapes are inferred one way. Domain-specific rewrites stay with their callers.
+conversion, the diagnostics) goes through these helpers, so a graph is parsed one way, turned
+back into a Symbol one way (:func:`load_graph`), rewritten with one bookkeeping
+(:class:`Rebuild`), and its dtypes and shapes are inferred one way. Domain-specific rewrites
+(which nodes to insert, drop or replace) stay with their callers.
 
 A graph here is the dict of ``sym.tojson(remove_amp_cast=False)``: ``nodes`` (each with
 ``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``), ``arg_nodes`` and
@@ -18,7 +20,9 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
-__all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "consumed_entries",
+__all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "Rebuild",
+           "inline_nodes",
+           "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
            "cast_node", "pin_variable_dtypes", "last_line", "dtype_name", "is_floating", "amp_list_key",
            "FLOAT16", "FLOAT32", "BFLOAT16", "CAST_OPS",
@@ -161,6 +165,104 @@ def load_graph(graph):
     mxnet.symbol.Symbol
     """
     return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+
+
+class Rebuild:
+    """A graph copied into a new node list in one pass, every old entry mapped to a new one.
+
+    The one rebuild of the package: the emulation's graph pass, its float32 carry and GPU
+    rewrites, the conversion core's settling pass and the symbolic graph edits all walk the old
+    nodes in order and say, for each, what goes into the new list:
+
+    - :meth:`mapped`: a copy of an old node reading the new entries;
+    - :meth:`add`: append new nodes (their inputs in new indices), e.g. casts;
+    - :meth:`place`: the new node that holds an old node's outputs (a node not placed is
+      dropped, and nothing may read it unless it is redirected);
+    - :meth:`redirect`: readers of one old output read another new entry instead.
+
+    :meth:`graph` then gives the new graph: heads mapped, ``arg_nodes`` recomputed, the stale
+    ``node_row_ptr`` left out, other keys (``attrs``) kept.
+
+    Parameters
+    ----------
+    graph : dict
+        The old graph, from :func:`graph_json`. It is not changed.
+    """
+
+    def __init__(self, graph):
+        self.old = graph
+        self.nodes = []
+        self._index = {}
+        self._where = {}
+
+    @property
+    def next_id(self):
+        """The index the next added node gets."""
+        return len(self.nodes)
+
+    def entry(self, entry):
+        """The new entry ``[node, output, version]`` that stands for an old one."""
+        key = (entry[0], entry[1])
+        src, out = self._where[key] if key in self._where else (self._index[key[0]], key[1])
+        return [src, out, entry[2] if len(entry) > 2 else 0]
+
+    def mapped(self, node):
+        """A copy of old ``node`` whose inputs are the new entries."""
+        return dict(node, inputs=[self.entry(e) for e in node["inputs"]])
+
+    def add(self, *nodes):
+        """Append nodes (inputs in new indices); the index of the last one."""
+        self.nodes.extend(nodes)
+        return len(self.nodes) - 1
+
+    def place(self, old_id, new_id):
+        """Old node ``old_id``'s outputs are new node ``new_id``'s, output for output."""
+        self._index[old_id] = new_id
+
+    def redirect(self, old_entry, new_entry):
+        """Readers of old ``(node, output)`` read new ``(node, output)`` instead."""
+        self._where[(old_entry[0], old_entry[1])] = (new_entry[0], new_entry[1])
+
+    def graph(self, heads=None):
+        """The new graph; ``heads`` (old entries) replaces the old graph's heads if given."""
+        out = {k: v for k, v in self.old.items() if k != "node_row_ptr"}
+        out.update(nodes=self.nodes,
+                   arg_nodes=[j for j, node in enumerate(self.nodes) if node["op"] == "null"],
+                   heads=[self.entry(e) for e in (self.old["heads"] if heads is None else heads)])
+        out.setdefault("attrs", {})
+        return out
+
+
+def inline_nodes(sub, inputs, first_id):
+    """The nodes of Symbol ``sub``, to be placed in a graph from index ``first_id`` on.
+
+    Parameters
+    ----------
+    sub : mxnet.symbol.Symbol
+        A one-output graph built on placeholder variables.
+    inputs : dict of str to list
+        For each placeholder's name, the graph entry (``[node, output, ...]``) it stands for.
+    first_id : int
+        Index the first returned node will have.
+
+    Returns
+    -------
+    list of dict
+        The op nodes of ``sub`` in order, reading graph entries; the last gives its output.
+        The casts that AMP's wrappers of ``mx.sym`` put into a subgraph built after
+        ``amp.init`` are left out: the subgraph computes as it was written.
+    """
+    graph = json.loads(sub.tojson(remove_amp_cast=True))
+    outer = {j: inputs[n["name"]][:2] for j, n in enumerate(graph["nodes"]) if n["op"] == "null"}
+    nodes, index = [], {}
+    for j, node in enumerate(graph["nodes"]):
+        if j in outer:
+            continue
+        node = dict(node, inputs=[list(outer[src]) + [0] if src in outer else [index[src], out, 0]
+                                  for src, out, _ in node["inputs"]])
+        index[j] = first_id + len(nodes)
+        nodes.append(node)
+    return nodes
 
 
 def consumed_entries(graph):

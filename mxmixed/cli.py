@@ -233,7 +233,7 @@ def _cmd_convert(args):
     except symbolic.ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
-        raise CLIError("MXNet failed: %s" % symbolic._last_line(err)) from None
+        raise CLIError("MXNet failed: %s" % _subcommand("_graph").last_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
 
 

@@ -1,5 +1,6 @@
-"""The public API of the training modules and of the diagnostics carries type hints, and every
-hint names something that exists (a string annotation is resolved here, not only parsed)."""
+"""The public API of the training modules, of the diagnostics and of symbolic carries type hints,
+and every hint names something that exists (a string annotation is resolved here, not only
+parsed)."""
 import importlib
 import inspect
 import typing
@@ -9,7 +10,7 @@ import mxnet as mx
 import pytest
 
 MODULES = ["mxmixed.training", "mxmixed.scaler", "mxmixed.checkpoint", "mxmixed.optim",
-           "mxmixed.distributed", "mxmixed.diagnostics"]
+           "mxmixed.distributed", "mxmixed.diagnostics", "mxmixed.symbolic"]
 # exported by those modules, defined where another change owns the code (not annotated here)
 NOT_HERE = {"mxmixed._amp"}
 # classes users build themselves (LossScaler): their __init__ too; the diagnostics' reports
@@ -46,7 +47,8 @@ def test_the_public_api_was_found():
     assert {"mxmixed.training.init_trainer", "mxmixed.scaler.LossScaler.update",
             "mxmixed.scaler.LossScaler.loss_scale", "mxmixed.checkpoint.load",
             "mxmixed.distributed.save_checkpoint", "mxmixed.diagnostics.find_overflow_symbol",
-            "mxmixed.diagnostics.plot_gradient_range"} <= set(CALLABLES)
+            "mxmixed.diagnostics.plot_gradient_range", "mxmixed.symbolic.convert",
+            "mxmixed.symbolic.ValidationReport.passes"} <= set(CALLABLES)
     assert "mxmixed.training.init" not in CALLABLES  # mxmixed._amp: another change
 
 

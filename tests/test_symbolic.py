@@ -14,6 +14,7 @@ from mxnet.gluon import nn
 
 from mxmixed import emulation, symbolic
 from mxmixed.symbolic import ConversionError
+from mxmixed.symbolic._validation import Runner
 from mxmixed.tutorial import digits_arrays
 
 # Stated accuracy of the emulated float16 resnet18_v1 (random init, seed 0, 2x3x64x64
@@ -539,7 +540,7 @@ def test_search_model_with_the_found_layer_meets_the_tolerance(overflow_model, t
     result = symbolic.search_fp32_layers(sym, args, auxs, X, tolerance=1e-2, progress=False)
     result.model.save(str(tmp_path / "searched"), 0)
     net = symbolic.load_float16(str(tmp_path / "searched"), 0, ctx=mx.cpu())
-    reference = symbolic._Runner((sym, args, auxs), mx.cpu())(X)[0]
+    reference = Runner((sym, args, auxs), mx.cpu())(X)[0]
     got = net(mx.nd.array(X)).asnumpy()
     assert np.abs(got - reference).max() / np.abs(reference).max() <= 1e-2
     plain = symbolic.convert(sym, args, auxs).to_block(mx.cpu())(mx.nd.array(X)).asnumpy()

@@ -8,7 +8,6 @@ computed with it.
 """
 import contextlib
 import ctypes
-import json
 import os
 
 import numpy as np
@@ -18,8 +17,8 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
-from .._graph import LOSS_OUTPUT_OPS, last_line
-from ._graph import graph_json, infer_shapes
+from .._graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
+from ._graph import infer_shapes
 
 
 @contextlib.contextmanager
@@ -52,7 +51,7 @@ def with_loss_scale(sym, scale):
         if node["op"] in LOSS_OUTPUT_OPS:
             attrs = node.setdefault("attrs", {})
             attrs["grad_scale"] = repr(float(attrs.get("grad_scale", 1.0)) * scale)
-    return mx.sym.load_json(json.dumps(graph))
+    return load_graph(graph)
 
 
 class Run:

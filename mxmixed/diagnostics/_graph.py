@@ -14,7 +14,7 @@ from mxnet import gluon
 
 from .. import _graph as graphs
 from .. import emulation
-from .._graph import last_line
+from .._graph import graph_json, last_line
 
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
@@ -147,11 +147,6 @@ def trace(net, loss_fn=None, with_label=False):
     except (TypeError, AttributeError, mx.base.MXNetError) as err:
         raise TypeError("loss_fn must accept Symbols (a gluon.loss.Loss or another "
                         "HybridBlock): %s" % err) from None
-
-
-def graph_json(sym):
-    """The graph as a dict, with every cast kept."""
-    return graphs.graph_json(sym)
 
 
 def strip_amp_casts(sym):

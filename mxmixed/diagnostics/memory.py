@@ -25,7 +25,6 @@ input batch       4 B             4 B                2 B
    peak is lower; activation gradients, workspaces and allocator slack are not counted.
    The estimate is for comparing precisions, not for predicting an out-of-memory error.
 """
-import json
 from collections import OrderedDict, namedtuple
 from typing import Dict, Optional, Union
 
@@ -35,10 +34,10 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._convert import amp_forced, convert_graph, settle
-from .._graph import load_graph
+from .._graph import graph_json, load_graph
 from .._state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, InputShape, check_block, data_inputs, graph_json, is_cast,
+from ._graph import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]
@@ -181,7 +180,7 @@ def _untyped(sym):
     for node in graph["nodes"]:
         if node["op"] == "null":
             node.get("attrs", {}).pop("__dtype__", None)
-    return mx.sym.load_json(json.dumps(graph))
+    return load_graph(graph)
 
 
 def _float16_graph(sym):
@@ -196,7 +195,7 @@ def _float16_graph(sym):
             attrs["dtype"] = "float16"
             node["attrs"] = attrs
             changed = True
-    return mx.sym.load_json(json.dumps(graph)) if changed else sym
+    return load_graph(graph) if changed else sym
 
 
 def _graphs(net):

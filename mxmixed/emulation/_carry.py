@@ -21,6 +21,7 @@ keeps its cast pair. Without the rounding op (no compiler), or with
 """
 import os
 
+from .._graph import Rebuild
 from ._round16 import round16_op
 
 __all__ = ["carry_float32", "carry_enabled"]
@@ -89,21 +90,14 @@ def carry_float32(graph, float32_entries):
     if not pairs or round16_op() is None:
         return graph
     dropped = {c for chain in pairs.values() for c in chain}
-    new_nodes, index = [], {}
+    new = Rebuild(graph)
     for i, node in enumerate(nodes):
         if i in dropped:
             continue
-        node = dict(node)
         if i in pairs:
             down = nodes[pairs[i][-1]]
             name = node["name"] if "_emu_in" in node["name"] else down["name"]
             node = {"op": round16_op(), "name": name, "attrs": {"fused": down["name"]},
                     "inputs": [list(down["inputs"][0])]}
-        node["inputs"] = [[index[src], out, version] for src, out, version in node["inputs"]]
-        index[i] = len(new_nodes)
-        new_nodes.append(node)
-    out = dict(graph, nodes=new_nodes,
-               arg_nodes=[j for j, node in enumerate(new_nodes) if node["op"] == "null"],
-               heads=[[index[src], out, version] for src, out, version in graph["heads"]])
-    out.pop("node_row_ptr", None)
-    return out
+        new.place(i, new.add(new.mapped(node)))
+    return new.graph()

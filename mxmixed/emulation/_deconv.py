@@ -12,9 +12,10 @@ NDArray wrappers alike; its forward and both gradients equal MXNet's float32 Dec
 up to float32 summation order (checked in ``tests/test_emulation_deconvolution.py``).
 """
 import ast
-import json
 
 import mxnet as mx
+
+from .._graph import inline_nodes
 
 __all__ = ["conv_form_applies", "deconvolution_as_convolution", "deconvolution_nodes"]
 
@@ -118,20 +119,8 @@ def deconvolution_nodes(node, first_id):
     """
     placeholders = [mx.sym.var("data"), mx.sym.var("weight")]
     sub = deconvolution_as_convolution(mx.sym, *placeholders, node.get("attrs", {}))
-    graph = json.loads(sub.tojson())
-    outer = {}
-    for j, sub_node in enumerate(graph["nodes"]):
-        if sub_node["op"] == "null":
-            outer[j] = node["inputs"][["data", "weight"].index(sub_node["name"])][:2]
-    nodes, index = [], {}
-    for j, sub_node in enumerate(graph["nodes"]):
-        if j in outer:
-            continue
-        sub_node = dict(sub_node)
-        sub_node["name"] = "%s_emu_deconv%d" % (node["name"], len(nodes))
-        sub_node["inputs"] = [list(outer[src]) + [0] if src in outer
-                              else [index[src], out, 0] for src, out, _ in sub_node["inputs"]]
-        index[j] = first_id + len(nodes)
-        nodes.append(sub_node)
+    nodes = inline_nodes(sub, dict(zip(["data", "weight"], node["inputs"])), first_id)
+    for k, sub_node in enumerate(nodes):
+        sub_node["name"] = "%s_emu_deconv%d" % (node["name"], k)
     nodes[-1]["name"] = node["name"]
     return nodes

@@ -13,13 +13,13 @@ the GPU (on CPU contexts, while it is on).
   each product is rounded to float16 before it is added; its vector kernel (4 columns or
   fewer) multiplies in float32. The emulation does the same.
 """
-import json
 
 import numpy as np
 
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
+from .._graph import Rebuild, inline_nodes
 from .._state import EMULATION
 
 __all__ = ["roi_align_as_on_gpu", "follow_gpu_in_graph", "csr_dot_as_on_gpu", "is_float16_csr"]
@@ -67,20 +67,10 @@ def _roi_align_nodes(node, first_id):
         return mx.sym.contrib.ROIAlign(data, rois, name=node["name"] + "_emu_gpu", **kw)
 
     sub = roi_align_as_on_gpu(mx.sym, native, *placeholders, **attrs)
-    graph = json.loads(sub.tojson())
-    outer = {j: node["inputs"][["data", "rois"].index(n["name"])][:2]
-             for j, n in enumerate(graph["nodes"]) if n["op"] == "null"}
-    nodes, index = [], {}
-    for j, sub_node in enumerate(graph["nodes"]):
-        if j in outer:
-            continue
-        sub_node = dict(sub_node)
+    nodes = inline_nodes(sub, dict(zip(["data", "rois"], node["inputs"])), first_id)
+    for k, sub_node in enumerate(nodes):
         if sub_node["op"] != ROI_ALIGN:
-            sub_node["name"] = "%s_emu_gpu%d" % (node["name"], len(nodes))
-        sub_node["inputs"] = [list(outer[src]) + [0] if src in outer
-                              else [index[src], out, 0] for src, out, _ in sub_node["inputs"]]
-        index[j] = first_id + len(nodes)
-        nodes.append(sub_node)
+            sub_node["name"] = "%s_emu_gpu%d" % (node["name"], k)
     nodes[-1]["name"] = node["name"]
     return nodes
 
@@ -101,19 +91,14 @@ def follow_gpu_in_graph(graph):
     nodes = graph["nodes"]
     if not any(n["op"] == ROI_ALIGN and not n["name"].endswith("_emu_gpu") for n in nodes):
         return None
-    new_nodes, position = [], {}
+    new = Rebuild(graph)
     for i, node in enumerate(nodes):
-        node = dict(node)
-        node["inputs"] = [[position[s], o, v] for s, o, v in node["inputs"]]
+        node = new.mapped(node)
         if node["op"] == ROI_ALIGN and not node["name"].endswith("_emu_gpu"):
-            new_nodes.extend(_roi_align_nodes(node, len(new_nodes)))
+            new.place(i, new.add(*_roi_align_nodes(node, new.next_id)))  # one output: the last's
         else:
-            new_nodes.append(node)
-        position[i] = len(new_nodes) - 1  # ROIAlign has one output: the last node's
-    heads = [[position[s], o, v] for s, o, v in graph["heads"]]
-    arg_nodes = [j for j, n in enumerate(new_nodes) if n["op"] == "null"]
-    return {"nodes": new_nodes, "arg_nodes": arg_nodes, "heads": heads,
-            "attrs": graph.get("attrs", {})}
+            new.place(i, new.add(node))
+    return new.graph()
 
 
 def is_float16_csr(lhs, rhs, transpose_a=False, transpose_b=False):

@@ -18,8 +18,8 @@ import ast
 
 import numpy as np
 
-from .._graph import (GraphTypeError, cast_node, entry_dtypes, graph_json, load_graph,
-                      pin_variable_dtypes)
+from .._graph import (GraphTypeError, Rebuild, cast_node, entry_dtypes, graph_json,
+                      load_graph, pin_variable_dtypes)
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
@@ -217,35 +217,23 @@ def _op_nodes(node, rewritten, first_id):
     return [node]
 
 
-def _rebuild(graph, rewrite, multicast=None):
+def _rebuild(graph, rewrite, multicast):
     """Copy the graph in order, inserting the casts (and bias adds) that ``rewrite`` asks for.
 
     Each ``amp_multicast`` node in ``multicast`` (``{output: (input dtype, output dtype)}``)
     is replaced by what it computes: every output is its input, cast with ``amp_cast`` where
     the dtype changes.
     """
-    multicast = multicast or {}
-    new_nodes, where = [], {}
-    upcasts = {}
-    highest = {}
-    for src, out, _ in [e for node in graph["nodes"] for e in node["inputs"]] + graph["heads"]:
-        highest[src] = max(highest.get(src, 0), out)
-
-    def mapped(entry):
-        src, out, version = entry
-        return list(where.get((src, out), (src, out))) + [version]
-
+    new, upcasts = Rebuild(graph), {}
     for i, node in enumerate(graph["nodes"]):
-        node = dict(node)
-        node["inputs"] = [mapped(entry) for entry in node["inputs"]]
+        node = new.mapped(node)
         if i in multicast:
             for out, (source_dtype, dtype) in multicast[i].items():
                 source = node["inputs"][out]
-                where[(i, out)] = tuple(source[:2])
+                new.redirect((i, out), source)
                 if dtype != source_dtype:
-                    new_nodes.append(cast_node("%s_emu_out%d" % (node["name"], out), dtype,
-                                               source))
-                    where[(i, out)] = (len(new_nodes) - 1, 0)
+                    new.redirect((i, out), (new.add(cast_node(
+                        "%s_emu_out%d" % (node["name"], out), dtype, source)), 0))
             continue
         bias_entry = None
         if i in rewrite:
@@ -253,31 +241,23 @@ def _rebuild(graph, rewrite, multicast=None):
             for k in cast_in:
                 key = tuple(node["inputs"][k][:2])
                 if key not in upcasts:
-                    new_nodes.append(cast_node("%s_emu_in%d" % (node["name"], k), "float32", key))
-                    upcasts[key] = len(new_nodes) - 1
+                    upcasts[key] = new.add(cast_node("%s_emu_in%d" % (node["name"], k),
+                                                     "float32", key))
                 node["inputs"][k] = [upcasts[key], 0, 0]
             if bias is not None:
                 bias_entry = node["inputs"][bias]
                 node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
                 node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
-        new_nodes.extend(_op_nodes(node, i in rewrite, len(new_nodes)))
-        new_id = len(new_nodes) - 1
-        for out in range(highest.get(i, 0) + 1):
-            where[(i, out)] = (new_id, out)
-        if i in rewrite:
-            for out in rewrite[i][1]:
-                src = new_id
-                if out == 0 and bias_entry is not None:
-                    added = _bias_nodes(node, new_id, bias_entry, len(new_nodes))
-                    new_nodes.extend(added)
-                    src = len(new_nodes) - 1
-                new_nodes.append(cast_node("%s_emu_out%d" % (node["name"], out), "float16",
-                                           [src, 0 if src != new_id else out]))
-                where[(i, out)] = (len(new_nodes) - 1, 0)
-    heads = [mapped(entry) for entry in graph["heads"]]
-    arg_nodes = [j for j, node in enumerate(new_nodes) if node["op"] == "null"]
-    return {"nodes": new_nodes, "arg_nodes": arg_nodes, "heads": heads,
-            "attrs": graph.get("attrs", {})}
+        new_id = new.add(*_op_nodes(node, i in rewrite, new.next_id))
+        new.place(i, new_id)
+        for out in rewrite[i][1] if i in rewrite else ():
+            src = new_id
+            if out == 0 and bias_entry is not None:
+                src = new.add(*_bias_nodes(node, new_id, bias_entry, new.next_id))
+            new.redirect((i, out), (new.add(cast_node(
+                "%s_emu_out%d" % (node["name"], out), "float16",
+                [src, 0 if src != new_id else out])), 0))
+    return new.graph()
 
 
 def count_emulated(sym):

@@ -31,21 +31,16 @@ On a CPU the float16 graphs run through the emulation graph pass
    converted graph saved that way feeds float32 data into float16 weights and no longer
    loads. This module always saves with ``remove_amp_cast=False``.
 """
+from .._convert import ConversionError
 from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)
-from ._common import ConversionError
 from ._conversion import ConvertedModel, convert
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
 from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
 from ._validation import ValidationReport, validate
-
-# Private names used from outside the package, at their old paths: mxmixed.cli uses
-# symbolic._last_line, tests/test_symbolic.py uses symbolic._Runner.
-from ._common import _last_line  # noqa: F401
-from ._validation import _Runner  # noqa: F401
 
 __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params",
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",

@@ -4,27 +4,30 @@
 Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
-import json
 import warnings
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
-from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
 
+from .. import _graph as graphs
 from .. import emulation
+from .._convert import ConversionError
+from .._graph import FLOAT16, graph_json, last_line, var_dtype
 from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
-from ._common import ConversionError, _FLOAT16, _last_line
 from ._conversion import convert
-from ._graph import _default_ctx, _graph, _is_cpu, _symbol_block, _var_dtype
+from ._report import ConversionReport
+from ._graph import default_ctx, is_cpu, symbol_block
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
 
 # ------------------------------------------------------------------ loading and Gluon blocks
-def load_float16(prefix, epoch=0, ctx=None):
+def load_float16(prefix: str, epoch: int = 0,
+                 ctx: Optional[mx.Context] = None) -> gluon.SymbolBlock:
     """Load a converted checkpoint as a ``SymbolBlock`` ready for inference.
 
     On a CPU the graph goes through the emulation pass, so the float16 layers run (with
@@ -72,10 +75,10 @@ def load_float16(prefix, epoch=0, ctx=None):
     ((2, 10), 'float32')
     """
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
-    return _symbol_block(sym, arg_params, aux_params, _default_ctx(ctx))
+    return symbol_block(sym, arg_params, aux_params, default_ctx(ctx))
 
 
-def load_bfloat16(prefix, epoch=0):
+def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
     """Load a checkpoint converted to bfloat16 as a fast ``SymbolBlock`` for CPU inference.
 
     The pair is checked (params against graph, a bfloat16 graph), each param gets its stored
@@ -133,7 +136,7 @@ def load_bfloat16(prefix, epoch=0):
     if bfloat16_native() is None:
         warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
-    block = _symbol_block(sym, arg_params, aux_params, mx.cpu())
+    block = symbol_block(sym, arg_params, aux_params, mx.cpu())
     if not block._mxmixed_bfloat16:
         raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
                               "params): load a float16 one with load_float16" % prefix)
@@ -162,26 +165,29 @@ def _block_graph(block, inputs, ctx):
             block.hybridize()
         if _deferred(block):  # shapes are unknown until the block runs once
             try:
-                with emulation.emulated() if _is_cpu(ctx) else contextlib.nullcontext():
+                with emulation.emulated() if is_cpu(ctx) else contextlib.nullcontext():
                     block(*data)
                     mx.nd.waitall()
             except mx.base.MXNetError as err:
                 raise ConversionError("block %s failed on the example inputs: %s"
-                                      % (block.name, _last_line(err))) from None
+                                      % (block.name, last_line(err))) from None
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph
-    graph = _graph(sym)
+    graph = graph_json(sym)
     for node in graph["nodes"]:  # a float32 graph: forget dtypes of a cast block (#17164)
         if node["op"] == "null":
             attrs = node.get("attrs", {})
-            if "__dtype__" in attrs and _var_dtype(node) == _FLOAT16:
-                attrs["__dtype__"] = str(_DTYPE_NP_TO_MX[np.float32])
-    return [v.name for v in data_vars], mx.sym.load_json(json.dumps(graph))
+            if "__dtype__" in attrs and var_dtype(node) == FLOAT16:
+                attrs["__dtype__"] = graphs.dtype_code(np.float32)
+    return [v.name for v in data_vars], graphs.load_graph(graph)
 
 
-def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclude_ops=(),
-                         keep_io_types=True, cast_optional_params=True, return_report=False):
+def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
+                         ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
+                         exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+                         cast_optional_params: bool = True, return_report: bool = False
+                         ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
     Unlike ``mxnet.contrib.amp.convert_hybrid_block`` (``ctx=gpu(0)`` by default, and an
@@ -225,7 +231,7 @@ def convert_hybrid_block(block, inputs=None, ctx=None, exclude_layers=(), exclud
     """
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
-    ctx = _default_ctx(ctx)
+    ctx = default_ctx(ctx)
     params = block.collect_params()
     first = next(iter(params.values()), None)
     run_ctx = first.list_ctx()[0] if first is not None else ctx

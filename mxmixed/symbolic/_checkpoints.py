@@ -6,22 +6,26 @@ Every problem is a :class:`~mxmixed.symbolic.ConversionError` of one line. Re-ex
 import json
 import os
 import re
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 import mxnet as mx
 
 from .. import _graph as graphs
+from .._convert import ConversionError
+from .._graph import BFLOAT16, FLOAT16, FLOAT32, dtype_name, last_line
 from .._io import atomic_write_group
-from .._graph import dtype_name
 from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
-from ._common import ConversionError, _BFLOAT16, _FLOAT16, _FLOAT32, _PARAM_SUFFIXES, _last_line
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
 
+# (sym, arg_params, aux_params), as mx.model.load_checkpoint returns them
+Checkpoint = Tuple[mx.sym.Symbol, Dict[str, mx.nd.NDArray], Dict[str, mx.nd.NDArray]]
+
 
 # ------------------------------------------------------------------ checkpoint files
-def checkpoint_paths(prefix, epoch):
+def checkpoint_paths(prefix: str, epoch: int) -> Tuple[str, str]:
     """The two files of a checkpoint.
 
     Parameters
@@ -35,6 +39,10 @@ def checkpoint_paths(prefix, epoch):
         ``(prefix-symbol.json, prefix-%04d.params)``.
     """
     return "%s-symbol.json" % prefix, "%s-%04d.params" % (prefix, epoch)
+
+_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var",
+                   "_running_mean", "_running_var")
+
 
 
 def _read_bytes(path, what):
@@ -69,10 +77,10 @@ def _parse_symbol(text, path):
         raise ConversionError("symbol file %s is JSON but not an MXNet symbol (no 'nodes' and "
                               "'heads')" % path)
     try:
-        return mx.sym.load_json(json.dumps(graph))
+        return graphs.load_graph(graph)
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
-                              % (path, _last_line(err))) from None
+                              % (path, last_line(err))) from None
 
 
 def _split_params(loaded, path):
@@ -91,7 +99,7 @@ def _split_params(loaded, path):
     return arg_params, aux_params
 
 
-def load_checkpoint(prefix, epoch=0, allow_float16=True):
+def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> Checkpoint:
     """Load and check a Symbol checkpoint, with one-line errors instead of MXNet tracebacks.
 
     Parameters
@@ -127,7 +135,7 @@ def load_checkpoint(prefix, epoch=0, allow_float16=True):
         loaded = mx.nd.load_frombuffer(data)
     except mx.base.MXNetError as err:
         raise ConversionError("params file %s cannot be loaded (truncated, or not an MXNet "
-                              "params file): %s" % (params_path, _last_line(err))) from None
+                              "params file): %s" % (params_path, last_line(err))) from None
     arg_params, aux_params = _split_params(loaded, params_path)
     check_params(sym, arg_params, aux_params, allow_float16=allow_float16, source=params_path)
     return sym, arg_params, aux_params
@@ -145,7 +153,8 @@ def _shape_attr(text):
     return tuple(int(d) for d in match.group(1).split(",") if d.strip())
 
 
-def data_inputs(sym, arg_params, aux_params):
+def data_inputs(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                aux_params: Dict[str, mx.nd.NDArray]) -> List[str]:
     """The inputs of a graph that are not parameters (data, labels), in graph order.
 
     Parameters
@@ -161,8 +170,10 @@ def data_inputs(sym, arg_params, aux_params):
     return [name for name in sym.list_inputs() if name not in params]
 
 
-def check_params(sym, arg_params, aux_params, allow_float16=True, source="the params",
-                 data_shapes=None):
+def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                 aux_params: Dict[str, mx.nd.NDArray], allow_float16: bool = True,
+                 source: str = "the params",
+                 data_shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
     """Check that parameters belong to a symbol: names, declared shapes and dtypes.
 
     Parameters
@@ -199,7 +210,7 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
             parts.append("%d parameter(s) of the symbol missing (e.g. %r)"
                          % (len(absent), absent[0]))
         raise ConversionError("%s do not match the symbol: %s" % (source, "; ".join(parts)))
-    allowed = (_FLOAT32, _FLOAT16, _BFLOAT16) if allow_float16 else (_FLOAT32,)
+    allowed = (FLOAT32, FLOAT16, BFLOAT16) if allow_float16 else (FLOAT32,)
     for name, value in list(arg_params.items()) + list(aux_params.items()):
         if np.dtype(value.dtype) not in allowed:
             raise ConversionError("%s hold %r as %s, an unsupported dtype: only %s "
@@ -226,9 +237,9 @@ def check_params(sym, arg_params, aux_params, allow_float16=True, source="the pa
                 sym.infer_shape_partial(**params_alone)
             except Exception:  # the params do not fit together, whatever the data
                 raise ConversionError("%s do not match the symbol: %s"
-                                      % (source, _last_line(err))) from None
+                                      % (source, last_line(err))) from None
             raise ConversionError("data shapes %s (batch axis first) do not fit the model's "
-                                  "params: %s" % (dict(data_shapes), _last_line(err))) from None
+                                  "params: %s" % (dict(data_shapes), last_line(err))) from None
         inferred = dict(zip(sym.list_arguments(), arg_shapes))
         inferred.update(zip(sym.list_auxiliary_states(), aux_shapes))
         for name, value in list(arg_params.items()) + list(aux_params.items()):
@@ -264,7 +275,7 @@ def _check_data_shapes(sym, data_shapes):
                                       " or ".join(str(r - 1) for r in ranks), tuple(shape))
                 ) from None
         raise ConversionError("data shapes %s (batch axis first) do not fit the symbol: %s"
-                              % (dict(data_shapes), _last_line(err))) from None
+                              % (dict(data_shapes), last_line(err))) from None
 
 
 def _accepted_ranks(sym, name, shape):
@@ -280,7 +291,8 @@ def _accepted_ranks(sym, name, shape):
     return ranks
 
 
-def save_checkpoint(prefix, epoch, sym, arg_params, aux_params):
+def save_checkpoint(prefix: str, epoch: int, sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                    aux_params: Dict[str, mx.nd.NDArray]) -> Tuple[str, str]:
     """Write a checkpoint pair atomically: both new files, or the earlier pair untouched.
 
     Both files go through :func:`mxmixed._io.atomic_write_group`: they are written to

@@ -4,24 +4,24 @@ A wrapper of ``mxnet.contrib.amp.convert_model`` with checked inputs, exclusions
 float16 params and float16 inputs and outputs. Re-exported by :mod:`mxmixed.symbolic`.
 """
 import difflib
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import mxnet as mx
+from mxnet import gluon
 
+from .. import _graph as graphs
+from .._convert import ConversionError, convert_graph
+from .._graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, graph_json
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._common import ConversionError, _BFLOAT16, _CAST_OPS, _FLOAT16, _FLOAT32
-from ._graph import (_batchnorm_params, _default_ctx, _entry_dtypes, _graph, _io_float16,
-                     _known_types, _symbol_block)
-from ._probe import _probe, _underflow_layers, _underflow_note
-from ._report import ConversionReport, _build_report
-from ._validation import _batches
-from .._convert import convert_graph
-from .._graph import DETECTION_OPS
+from ._graph import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
+                     symbol_block)
+from ._probe import probe_layers, underflow_layers, underflow_note
+from ._report import ConversionReport, build_report
+from ._validation import split_batches
 
 __all__ = ["convert", "ConvertedModel"]
 
@@ -47,7 +47,7 @@ class ConvertedModel:
     report: ConversionReport = field(repr=False)
     calibration_outputs: Optional[List[np.ndarray]] = field(default=None, repr=False)
 
-    def save(self, prefix, epoch=0):
+    def save(self, prefix: str, epoch: int = 0) -> Tuple[str, str]:
         """Write ``prefix-symbol.json`` and ``prefix-%04d.params``: both or neither.
 
         Returns
@@ -57,7 +57,7 @@ class ConvertedModel:
         """
         return save_checkpoint(prefix, epoch, self.symbol, self.arg_params, self.aux_params)
 
-    def to_block(self, ctx=None):
+    def to_block(self, ctx: Optional[mx.Context] = None) -> gluon.SymbolBlock:
         """The model as a ``SymbolBlock`` for inference (float16 emulated on a CPU).
 
         Parameters
@@ -69,7 +69,7 @@ class ConvertedModel:
         -------
         mxnet.gluon.SymbolBlock
         """
-        return _symbol_block(self.symbol, self.arg_params, self.aux_params, _default_ctx(ctx))
+        return symbol_block(self.symbol, self.arg_params, self.aux_params, default_ctx(ctx))
 
     def __iter__(self):
         return iter((self.symbol, self.arg_params, self.aux_params))
@@ -100,10 +100,13 @@ def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_nam
     return result.symbol, result.arg_params, result.aux_params
 
 
-def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=(),
-            exclude_ops=(), keep_io_types=True, cast_optional_params=True, searched_layers=(),
-            keep_detection_float32=True, calibration=None, batch_size=8, ctx=None,
-            progress=False):
+def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+            aux_params: Dict[str, mx.nd.NDArray],
+            target_dtype: str = "float16", exclude_layers: Sequence[str] = (),
+            exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+            cast_optional_params: bool = True, searched_layers: Sequence[str] = (),
+            keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
+            ctx: Optional[mx.Context] = None, progress: bool = False) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -199,11 +202,11 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
                               "takes and returns float32")
     _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclude_ops,
                              searched_layers)
-    before_graph = _graph(sym)
+    before_graph = graph_json(sym)
     nodes = before_graph["nodes"]
     reasons = _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
                                keep_detection_float32)
-    low = (_FLOAT16, _BFLOAT16)
+    low = (FLOAT16, BFLOAT16)
     arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in arg_params.items()}
     aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
@@ -215,11 +218,11 @@ def convert(sym, arg_params, aux_params, target_dtype="float16", exclude_layers=
                                                    notes)
     _check_batchnorm_float32(new_sym, new_args, new_auxs)
     if not keep_io_types:
-        graph = _graph(new_sym)
-        data_types = {n: _FLOAT32 for n in data_names}
-        dtypes = _entry_dtypes(graph, _known_types(new_args, new_auxs, data_types))
-        new_sym = mx.sym.load_json(json.dumps(_io_float16(graph, set(data_names), dtypes)))
-    report = _build_report(before_graph, new_sym, arg_params, aux_params, new_args, new_auxs,
+        graph = graph_json(new_sym)
+        data_types = {n: FLOAT32 for n in data_names}
+        dtypes = consumed_dtypes(graph, known_types(new_args, new_auxs, data_types))
+        new_sym = graphs.load_graph(io_float16(graph, set(data_names), dtypes))
+    report = build_report(before_graph, new_sym, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons,
                            {"keep_io_types": bool(keep_io_types),
                             "cast_optional_params": bool(cast_optional_params)}, target)
@@ -254,7 +257,7 @@ def _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclud
             raise ConversionError("%s must be a list of names, not the string %r"
                                   % (what, names))
     check_params(sym, arg_params, aux_params)
-    if any(n["op"] in _CAST_OPS for n in _graph(sym)["nodes"]):
+    if any(n["op"] in CAST_OPS for n in graph_json(sym)["nodes"]):
         raise ConversionError("the graph already holds amp_cast nodes: it is mixed precision "
                               "already (load it with load_float16)")
 
@@ -287,8 +290,8 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
 
 def _check_batchnorm_float32(sym, arg_params, aux_params):
     converted = dict(arg_params, **aux_params)
-    bad = sorted(name for name in _batchnorm_params(_graph(sym))
-                 if name in converted and np.dtype(converted[name].dtype) != _FLOAT32)
+    bad = sorted(name for name in batchnorm_params(graph_json(sym))
+                 if name in converted and np.dtype(converted[name].dtype) != FLOAT32)
     if bad:  # cannot happen with MXNet 1.9.1's op lists; guards against other lists
         raise ConversionError("the conversion made BatchNorm params %s float16; BatchNorm "
                               "needs them float32 (MXNet issue #17164)" % bad)
@@ -302,9 +305,9 @@ def _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress
     names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
     # one sample at a time: every float16 layer's output is exposed, so the executor keeps
     # them all at once (SSD-512, 16 samples: 8.6 GB peak at batch 8, 2.2 GB at batch 1)
-    outputs, stats, _ = _probe(sym, arg32, aux32, names, _batches(calibration, 1),
-                               _default_ctx(ctx), progress, "calibrate: float32 run")
-    tiny, heads = _underflow_layers(names, stats.peak, outputs)
+    outputs, stats, _ = probe_layers(sym, arg32, aux32, names, split_batches(calibration, 1),
+                               default_ctx(ctx), progress, "calibrate: float32 run")
+    tiny, heads = underflow_layers(names, stats.peak, outputs)
     if tiny or heads:
-        notes.append(_underflow_note(tiny, heads, outputs))
+        notes.append(underflow_note(tiny, heads, outputs))
     return outputs

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = []
+__all__ = ["DETECTION_RULE", "OutputCheck", "RELATIVE_RULE", "compare_outputs", "is_detection"]
 
 _IOU_MIN = 0.5
 _CUTOFF_MARGIN = 0.01

@@ -11,18 +11,15 @@ from mxnet import gluon
 from mxnet.contrib import amp
 from .. import _graph as graphs
 from ..emulation import emulate_symbol
-from ._common import (ConversionError, _BATCHNORM_OPS, _FLOAT16, _FLOAT32, _LOSS_OUTPUTS,
-                      _last_line)
+from .._convert import ConversionError
+from .._graph import BATCHNORM_OPS, FLOAT16, LOSS_OUTPUT_OPS, graph_json, last_line, var_dtype
 
-__all__ = []  # private helpers only, imported by name
+__all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
+           "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
 
 
 # ------------------------------------------------------------------ graph helpers
-def _graph(sym):
-    return graphs.graph_json(sym)
-
-
-def _entry_dtypes(graph, known):
+def consumed_dtypes(graph, known):
     """Dtype of every entry ``(node, output)`` consumed in the graph or at its heads."""
     try:
         dtypes, _ = graphs.entry_dtypes(graph, graphs.consumed_entries(graph), known)
@@ -32,7 +29,7 @@ def _entry_dtypes(graph, known):
     return dtypes
 
 
-def _compute_dtype(node, dtypes):
+def compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
     for src, out, _ in node["inputs"]:
         dtype = dtypes.get((src, out))
@@ -41,7 +38,7 @@ def _compute_dtype(node, dtypes):
     return None
 
 
-def _is_fp32_listed(node, target):
+def is_fp32_listed(node, target):
     key = graphs.amp_list_key(target)
     if node["op"] in amp.list_fp32_ops(key):
         return True
@@ -51,47 +48,13 @@ def _is_fp32_listed(node, target):
     return False
 
 
-def _known_types(arg_params, aux_params, data_types):
+def known_types(arg_params, aux_params, data_types):
     known = {n: np.dtype(v.dtype) for n, v in list(arg_params.items()) + list(aux_params.items())}
     known.update(data_types)
     return known
 
 
-def _var_dtype(node, default=_FLOAT32):
-    return graphs.var_dtype(node, default)
-
-
-def _rebuild(graph, keep, entry_map, extra_after):
-    """Copy ``graph`` keeping nodes in ``keep``, remapping entries, inserting new nodes.
-
-    ``entry_map(consumer, (src, out)) -> (src, out)`` redirects inputs (in old indices, where a
-    negative ``src`` names a new node by ``-1 - k``); ``extra_after[i]`` lists new nodes to
-    place right after old node ``i`` (their inputs in old indices).
-    """
-    new_nodes, index, extra_index = [], {}, {}
-
-    def mapped(consumer, entry):
-        src, out = entry_map(consumer, (entry[0], entry[1]))
-        return [extra_index[src] if src < 0 else index[src], out, 0]
-
-    for i, node in enumerate(graph["nodes"]):
-        if i in keep:
-            node = dict(node)
-            node["inputs"] = [mapped(i, e) for e in node["inputs"]]
-            new_nodes.append(node)
-            index[i] = len(new_nodes) - 1
-        for extra in extra_after.get(i, ()):
-            extra = dict(extra)
-            extra["inputs"] = [[index[src], out, 0] for src, out, _ in extra["inputs"]]
-            new_nodes.append(extra)
-            extra_index[extra["_id"]] = len(new_nodes) - 1
-            del extra["_id"]
-    heads = [mapped(None, e) for e in graph["heads"]]
-    return {"nodes": new_nodes, "heads": heads, "attrs": graph.get("attrs", {}),
-            "arg_nodes": [j for j, n in enumerate(new_nodes) if n["op"] == "null"]}
-
-
-def _io_float16(graph, data_names, dtypes):
+def io_float16(graph, data_names, dtypes):
     """Drop the boundary casts: float16 data inputs and float16 outputs (keep_io_types=False).
 
     A data input that the converted graph casts to float16 becomes a float16 input (an
@@ -104,69 +67,65 @@ def _io_float16(graph, data_names, dtypes):
     for j, node in enumerate(nodes):
         for src, out, _ in node["inputs"]:
             consumers.setdefault(src, []).append(j)
-    drop, redirect, up_for = set(), {}, {}
-    extra_after = {}
+    down_casts, widen = {}, set()
     for d, node in enumerate(nodes):
         if node["op"] != "null" or node["name"] not in data_names:
             continue
         users = sorted(set(consumers.get(d, [])))
         down = [j for j in users if nodes[j]["op"] == "amp_cast"
                 and nodes[j]["attrs"].get("dtype") == "float16"]
-        if not down:
-            continue
-        nodes[d] = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16)))
-        for j in down:
-            drop.add(j)
-            redirect[(j, 0)] = (d, 0)
-        others = [j for j in users if j not in down]
-        if others:
-            new_id = -1 - len(extra_after)
-            extra_after[d] = [{"op": "amp_cast", "name": node["name"] + "_amp_cast_float32",
-                               "attrs": {"dtype": "float32"}, "inputs": [[d, 0, 0]],
-                               "_id": new_id}]
-            for j in others:
-                up_for[j, d] = new_id
+        if down:
+            down_casts[d] = down
+            if len(down) < len(users):
+                widen.add(d)
     head_redirect = {}
     for src, out, _ in graph["heads"]:
         node = nodes[src]
         if node["op"] == "amp_cast" and node["attrs"].get("dtype") == "float32":
             inner = tuple(node["inputs"][0][:2])
-            if dtypes.get(inner) == _FLOAT16:
+            if dtypes.get(inner) == FLOAT16:
                 head_redirect[(src, out)] = inner
-    if not drop and not head_redirect:
+    if not down_casts and not head_redirect:
         return graph
-
-    def entry_map(consumer, entry):
-        if consumer is None:
-            entry = head_redirect.get(entry, entry)
-        elif (consumer, entry[0]) in up_for:
-            return up_for[consumer, entry[0]], 0
-        return redirect.get(entry, entry)
-
     used = {src for node in nodes for src, _, _ in node["inputs"]}
+    drop = {j for down in down_casts.values() for j in down}
     drop |= {src for src, _ in head_redirect if src not in used}
-    keep = {i for i in range(len(nodes)) if i not in drop}
-    return _rebuild(graph, keep, entry_map, extra_after)
+    new, upcast = graphs.Rebuild(graph), {}
+    for i, node in enumerate(nodes):
+        if i in drop:
+            continue
+        node = dict(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
+                                  for e in node["inputs"]])
+        if i in down_casts:
+            node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16))
+        new.place(i, new.add(node))
+        for j in down_casts.get(i, ()):
+            new.redirect((j, 0), (new.entry([i, 0])))
+        if i in widen:  # its other readers need float32
+            upcast[i] = new.add(graphs.cast_node(node["name"] + "_amp_cast_float32", "float32",
+                                                 new.entry([i, 0])))
+    return new.graph(heads=[list(head_redirect.get((src, out), (src, out))) + [version]
+                            for src, out, version in graph["heads"]])
 
 
-def _batchnorm_params(graph):
+def batchnorm_params(graph):
     """Names of the gamma, beta and moving-statistics inputs of every BatchNorm node."""
     nodes = graph["nodes"]
-    return {nodes[src]["name"] for node in nodes if node["op"] in _BATCHNORM_OPS
+    return {nodes[src]["name"] for node in nodes if node["op"] in BATCHNORM_OPS
             for src, _, _ in node["inputs"][1:5] if nodes[src]["op"] == "null"}
 
 
-def _inference_graph(sym):
+def inference_graph(sym):
     """Replace Module-API loss outputs by their inference form, dropping label inputs."""
-    graph = _graph(sym)
+    graph = graph_json(sym)
     heads = graph["heads"]
-    if not any(graph["nodes"][src]["op"] in _LOSS_OUTPUTS for src, _, _ in heads):
+    if not any(graph["nodes"][src]["op"] in LOSS_OUTPUT_OPS for src, _, _ in heads):
         return sym
     outputs = []
     for k, (src, _, _) in enumerate(heads):
         node = graph["nodes"][src]
         head = sym[k]
-        if node["op"] not in _LOSS_OUTPUTS:
+        if node["op"] not in LOSS_OUTPUT_OPS:
             outputs.append(head)
             continue
         x = head.get_children()[0]
@@ -187,7 +146,7 @@ def _inference_graph(sym):
     return outputs[0] if len(outputs) == 1 else mx.sym.Group(outputs)
 
 
-def _default_ctx(ctx):
+def default_ctx(ctx):
     if ctx is not None:
         return ctx
     try:
@@ -196,7 +155,7 @@ def _default_ctx(ctx):
         return mx.cpu()
 
 
-def _is_cpu(ctx):
+def is_cpu(ctx):
     return ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared")
 
 
@@ -207,7 +166,7 @@ def _is_bfloat16_graph(graph, types):
                    for n in graph["nodes"]))
 
 
-def _symbol_block(sym, arg_params, aux_params, ctx):
+def symbol_block(sym, arg_params, aux_params, ctx):
     """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph.
 
     A bfloat16 graph is left as it is (oneDNN runs it on the CPU) and the block is hybridized
@@ -215,24 +174,24 @@ def _symbol_block(sym, arg_params, aux_params, ctx):
     """
     params = dict(arg_params)
     params.update(aux_params)
-    sym = _inference_graph(sym)
-    graph = _graph(sym)
+    sym = inference_graph(sym)
+    graph = graph_json(sym)
     var_nodes = {n["name"]: n for n in graph["nodes"] if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
-    data_types = {n: _var_dtype(var_nodes[n]) for n in data_names}
+    data_types = {n: var_dtype(var_nodes[n]) for n in data_names}
     types = {n: np.dtype(v.dtype) for n, v in params.items()}
     types.update(data_types)
     bfloat16 = _is_bfloat16_graph(graph, types)
     try:
         sym.infer_type_partial(**types)
-        if _is_cpu(ctx) and not bfloat16:
+        if is_cpu(ctx) and not bfloat16:
             sym = emulate_symbol(sym, types)
     except (TypeError, mx.base.MXNetError) as err:
         raise ConversionError(
             "the graph does not type-check with the dtypes of its params (a converted graph "
             "saved without its amp_cast nodes, as mx.model.save_checkpoint and "
             "HybridBlock.export do by default, cannot run): %s"
-            % _last_line(err).rsplit("): ", 1)[-1]) from None
+            % last_line(err).rsplit("): ", 1)[-1]) from None
     inputs = [mx.sym.var(n, dtype=data_types[n]) for n in data_names]
     block = gluon.SymbolBlock(sym, inputs)
     block_params = block.collect_params()
@@ -244,7 +203,7 @@ def _symbol_block(sym, arg_params, aux_params, ctx):
     try:
         block_params.load_dict(payload, ctx=ctx, ignore_extra=True)
     except (AssertionError, mx.base.MXNetError) as err:
-        raise ConversionError("the params do not fit the graph: %s" % _last_line(err)) from None
+        raise ConversionError("the params do not fit the graph: %s" % last_line(err)) from None
     block._mxmixed_input_dtypes = data_types
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)

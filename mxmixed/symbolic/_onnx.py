@@ -12,17 +12,22 @@ the exporter's fixes live in :mod:`._onnx_graph`.
 """
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
+import mxnet as mx
+
+from .._convert import ConversionError
+from .._graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
 from .._io import atomic_write
-from ._common import ConversionError, _FLOAT16, _FLOAT32, _last_line
+from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
-from ._graph import _default_ctx, _graph, _inference_graph, _var_dtype
-from ._onnx_graph import _class_aware_nms, _onnx, _output_names, _to_proto, check_onnx
-from ._report import ConversionReport, _format_bytes
-from ._validation import ValidationReport, _Runner, _batches, _progress, _run
+from ._graph import default_ctx, inference_graph
+from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
+from ._report import ConversionReport, format_bytes
+from ._validation import (Model, Runner, ValidationReport, progress_bar, run_batches,
+                          split_batches)
 
 __all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
@@ -62,21 +67,21 @@ class OnnxModel:
     seconds: float = 0.0
     notes: List[str] = field(default_factory=list)
 
-    def serialize(self):
+    def serialize(self) -> bytes:
         """The model file's bytes (bytes)."""
         return self.proto.SerializeToString()
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Size of the ONNX file in bytes (int)."""
         return self.proto.ByteSize()
 
     @property
-    def size_ratio(self):
+    def size_ratio(self) -> Optional[float]:
         """``nbytes / float32_bytes`` (float or None)."""
         return self.nbytes / self.float32_bytes if self.float32_bytes else None
 
-    def save(self, path):
+    def save(self, path: str) -> str:
         """Write the ONNX file atomically: the old file stays whole if anything fails.
 
         Returns
@@ -89,15 +94,16 @@ class OnnxModel:
 
     def __str__(self):
         ratio = ("" if self.size_ratio is None else ", %.3fx the float32 ONNX export (%s)"
-                 % (self.size_ratio, _format_bytes(self.float32_bytes)))
+                 % (self.size_ratio, format_bytes(self.float32_bytes)))
         text = ("ONNX: opset %d, input %s %s, outputs %s, %s%s; passes onnx.checker "
                 "(full check); parameters are initializers"
                 % (self.opset, self.input_name, self.input_dtype.name,
-                   ", ".join(self.output_names), _format_bytes(self.nbytes), ratio))
+                   ", ".join(self.output_names), format_bytes(self.nbytes), ratio))
         return "\n".join([text] + ["note: " + note for note in self.notes])
 
 
-def export_onnx(model, input_shape, float32_model=None):
+def export_onnx(model: Model, input_shape: Sequence[int],
+                float32_model: Optional[Checkpoint] = None) -> OnnxModel:
     """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
 
     MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
@@ -154,28 +160,28 @@ def export_onnx(model, input_shape, float32_model=None):
                               "search_fp32_layers(), got %s" % type(model).__name__)
     input_shape = tuple(int(s) for s in input_shape)
     params = dict(model.arg_params, **model.aux_params)
-    sym = _inference_graph(model.symbol)
-    var_nodes = {n["name"]: n for n in _graph(sym)["nodes"] if n["op"] == "null"}
+    sym = inference_graph(model.symbol)
+    var_nodes = {n["name"]: n for n in graph_json(sym)["nodes"] if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     if len(data_names) != 1:
         raise ConversionError("ONNX export supports models with one data input; this one has "
                               "%s" % data_names)
     name = data_names[0]
-    dtype = np.dtype(_var_dtype(var_nodes[name]))
-    proto, opset = _to_proto(sym, params, name, dtype, input_shape)
+    dtype = np.dtype(var_dtype(var_nodes[name]))
+    proto, opset = to_proto(sym, params, name, dtype, input_shape)
     float32_bytes = None
     if float32_model is not None:
         sym32, args32, auxs32 = float32_model
-        sym32 = _inference_graph(sym32)
-        proto32, _ = _to_proto(sym32, dict(args32, **auxs32), name, _FLOAT32, input_shape)
+        sym32 = inference_graph(sym32)
+        proto32, _ = to_proto(sym32, dict(args32, **auxs32), name, FLOAT32, input_shape)
         float32_bytes = proto32.ByteSize()
     notes = []
-    nms = _class_aware_nms(_graph(sym))
+    nms = class_aware_nms(graph_json(sym))
     if nms:
         notes.append("%s suppress(es) boxes per class in MXNet; MXNet's exporter writes ONNX "
                      "NonMaxSuppression across all classes, so the detections differ from "
                      "MXNet's even in float32 (docs/onnx.md)" % ", ".join(nms))
-    outputs = _output_names(sym)
+    outputs = onnx_output_names(sym)
     if sorted(outputs) != sorted(o.name for o in proto.graph.output):
         raise ConversionError("the ONNX outputs %s do not match the graph's outputs %s"
                               % ([o.name for o in proto.graph.output], outputs))
@@ -183,8 +189,9 @@ def export_onnx(model, input_shape, float32_model=None):
                      time.perf_counter() - start, notes)
 
 
-def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, rule="auto",
-                  ctx=None):
+def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], inputs: Any,
+                  batch_size: int = 8, progress: bool = True, rule: str = "auto",
+                  ctx: Optional[mx.Context] = None) -> ValidationReport:
     """Run the ONNX model in onnxruntime on the CPU and compare it with MXNet's float32 model.
 
     The same comparison as :func:`validate` (``relative``, or ``detections`` for detectors).
@@ -212,7 +219,7 @@ def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, r
     ValidationReport
         Its ``device`` names onnxruntime and its provider.
     """
-    onnx, ort = _onnx()
+    onnx, ort = onnx_packages()
     if batch_size < 1:
         raise ConversionError("batch_size must be at least 1, got %r" % (batch_size,))
     if rule not in ("auto", "relative", "detections"):
@@ -226,23 +233,23 @@ def validate_onnx(fp32_model, onnx_model, inputs, batch_size=8, progress=True, r
     try:
         session = ort.InferenceSession(payload, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
-        raise ConversionError("onnxruntime cannot load the model: %s" % _last_line(err)) from None
+        raise ConversionError("onnxruntime cannot load the model: %s" % last_line(err)) from None
     feed = session.get_inputs()
     if len(feed) != 1:
         raise ConversionError("validation supports models with one input; this one has %s"
                               % [i.name for i in feed])
-    in_dtype = _FLOAT16 if feed[0].type == "tensor(float16)" else _FLOAT32
+    in_dtype = FLOAT16 if feed[0].type == "tensor(float16)" else FLOAT32
     outputs = outputs or [o.name for o in session.get_outputs()]
-    ctx = _default_ctx(ctx)
-    batches = _batches(inputs, batch_size)
-    ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32 (MXNet)")
+    ctx = default_ctx(ctx)
+    batches = split_batches(inputs, batch_size)
+    ref = run_batches(Runner(fp32_model, ctx), batches, progress, "validate float32 (MXNet)")
     got = None
-    for batch in _progress(batches, progress, "validate float16 (onnxruntime)", len(batches)):
+    for batch in progress_bar(batches, progress, "validate float16 (onnxruntime)", len(batches)):
         try:
             outs = session.run(outputs, {feed[0].name: np.asarray(batch).astype(in_dtype)})
         except Exception as err:  # onnxruntime's own error types
             raise ConversionError("onnxruntime failed to run the model: %s"
-                                  % _last_line(err)) from None
+                                  % last_line(err)) from None
         if got is None:
             got = [[] for _ in outs]
         for store, out in zip(got, outs):

@@ -22,14 +22,14 @@ import numpy as np
 
 import mxnet as mx
 
-from ._common import ConversionError, _last_line
-from ._graph import _graph
+from .._convert import ConversionError
+from .._graph import graph_json, last_line
 
-__all__ = []
+__all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 
 ONNX_INSTALL = "pip install -c constraints.txt 'mxmixed[onnx]'"
 
-def check_onnx():
+def check_onnx() -> None:
     """Check that onnx and onnxruntime can be imported (the ``onnx`` extra).
 
     Raises
@@ -37,23 +37,23 @@ def check_onnx():
     ConversionError
         One line that says how to install them.
     """
-    _onnx()
+    onnx_packages()
 
 
-def _onnx():
+def onnx_packages():
     """``(onnx, onnxruntime)``, or a one-line ConversionError that says how to install them."""
     try:
         import onnx
         import onnxruntime
     except ImportError as err:
         raise ConversionError("ONNX export needs the onnx and onnxruntime packages (%s): %s"
-                              % (_last_line(err), ONNX_INSTALL)) from None
+                              % (last_line(err), ONNX_INSTALL)) from None
     return onnx, onnxruntime
 
 
 def _exporter():
     """MXNet's ONNX exporter class, with converters for ``amp_cast`` and ``amp_multicast``."""
-    _onnx()
+    onnx_packages()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
@@ -108,7 +108,7 @@ class _KeepCasts(mx.sym.Symbol):
         return super().tojson(remove_amp_cast=False)
 
 
-def _output_names(sym):
+def onnx_output_names(sym):
     """The ONNX output names MXNet's exporter gives ``sym.list_outputs()``, in that order."""
     names = []
     for name in sym.list_outputs():
@@ -158,7 +158,7 @@ def _float16_constants_as_values():
         helper.make_tensor = make_tensor
 
 
-def _class_aware_nms(graph):
+def class_aware_nms(graph):
     """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
     return [n["name"] for n in graph["nodes"] if n["op"] == "_contrib_box_nms"
             and int(n.get("attrs", {}).get("id_index", "-1")) != -1
@@ -172,13 +172,13 @@ def _missing_converters(graph, registry):
     return sorted({n["op"] for n in graph["nodes"] if n["op"] != "null"} - known)
 
 
-def _to_proto(sym, params, input_name, input_dtype, input_shape):
+def to_proto(sym, params, input_name, input_dtype, input_shape):
     """Export one graph with MXNet's exporter; raw initializers, none of them a graph input."""
-    onnx, _ = _onnx()
+    onnx, _ = onnx_packages()
     from onnx import numpy_helper
 
     exporter = _exporter()
-    graph = _graph(sym)
+    graph = graph_json(sym)
     missing = _missing_converters(graph, exporter.registry_)
     if missing:
         raise ConversionError("MXNet's ONNX exporter has no converter for %s: this model "
@@ -200,7 +200,7 @@ def _to_proto(sym, params, input_name, input_dtype, input_shape):
                 dynamic=True, dynamic_input_shapes=[(None,) + tuple(input_shape)])
     except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
             ValueError, IndexError, mx.base.MXNetError, onnx.checker.ValidationError) as err:
-        raise ConversionError("MXNet's ONNX exporter failed: %s" % _last_line(err)) from None
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % last_line(err)) from None
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
@@ -214,5 +214,5 @@ def _to_proto(sym, params, input_name, input_dtype, input_shape):
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
         raise ConversionError("the exported ONNX model fails onnx.checker: %s"
-                              % _last_line(err)) from None
+                              % last_line(err)) from None
     return model, opset

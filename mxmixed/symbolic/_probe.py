@@ -1,23 +1,23 @@
 """Instrumented runs: a model with its layers' outputs exposed, for the search and calibration.
 
-* :func:`_probe` runs a graph (float32 or converted) on batches with the outputs of the named
+* :func:`probe_layers` runs a graph (float32 or converted) on batches with the outputs of the named
   layers added to its heads, and reduces them per layer while it runs (nothing large is kept);
-* :func:`_sensitivity` turns a float32 and a float16 probe into the error each layer *adds*:
+* :func:`layer_sensitivity` turns a float32 and a float16 probe into the error each layer *adds*:
   its own relative error against its float32 activation, less the largest error it receives
   from its inputs;
-* :func:`_underflow_layers` names layers (and outputs) whose float32 values are all below
+* :func:`underflow_layers` names layers (and outputs) whose float32 values are all below
   float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
 """
-import json
 
 import numpy as np
 
-import mxnet as mx
 
-from ._graph import _graph, _inference_graph
-from ._validation import _Runner, _progress
+from .. import _graph as graphs
+from .._graph import graph_json
+from ._graph import inference_graph
+from ._validation import Runner, progress_bar
 
-__all__ = []
+__all__ = ["layer_sensitivity", "probe_layers", "underflow_layers", "underflow_note"]
 
 FLOAT16_TINY = float(np.finfo(np.float16).tiny)  # 6.1035e-05, the smallest normal float16
 
@@ -30,7 +30,7 @@ class _Stats:
         self.diff = np.zeros(count)
 
 
-def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None,
+def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None,
            keep=False):
     """Run ``sym`` with the layers ``names`` exposed.
 
@@ -52,16 +52,15 @@ def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, ref
     kept : list of list of numpy.ndarray
         Per batch, the activations (only with ``keep``; for the next probe).
     """
-    graph = _graph(_inference_graph(sym))
+    graph = graph_json(inference_graph(sym))
     position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
-    probe = {k: v for k, v in graph.items() if k != "node_row_ptr"}
     heads = list(graph["heads"])
-    probe["heads"] = heads + [[position[name], 0, 0] for name in names]
-    runner = _Runner((mx.sym.load_json(json.dumps(probe)), arg_params, aux_params), ctx)
+    probe = dict(graph, heads=heads + [[position[name], 0, 0] for name in names])
+    runner = Runner((graphs.load_graph(probe), arg_params, aux_params), ctx)
     outputs = [[] for _ in heads]
     stats = _Stats(len(names))
     kept = []
-    for b, batch in enumerate(_progress(batches, progress, desc, total=len(batches))):
+    for b, batch in enumerate(progress_bar(batches, progress, desc, total=len(batches))):
         outs = runner(batch)
         for store, out in zip(outputs, outs[:len(heads)]):
             store.append(out)
@@ -80,7 +79,7 @@ def _probe(sym, arg_params, aux_params, names, batches, ctx, progress, desc, ref
     return [np.concatenate(parts) for parts in outputs], stats, kept
 
 
-def _sensitivity(graph, names, peak32, diff16):
+def layer_sensitivity(graph, names, peak32, diff16):
     """The error each layer adds: its relative error less the most it gets from its inputs.
 
     Returns
@@ -108,7 +107,7 @@ def _sensitivity(graph, names, peak32, diff16):
     return scores
 
 
-def _underflow_layers(names, peaks, outputs, limit=FLOAT16_TINY):
+def underflow_layers(names, peaks, outputs, limit=FLOAT16_TINY):
     """Layers and outputs whose float32 values all lie below float16's smallest normal."""
     tiny = [name for name, peak in zip(names, peaks) if 0 < peak < limit]
     heads = [k for k, out in enumerate(outputs)
@@ -116,7 +115,7 @@ def _underflow_layers(names, peaks, outputs, limit=FLOAT16_TINY):
     return tiny, heads
 
 
-def _underflow_note(tiny, heads, outputs):
+def underflow_note(tiny, heads, outputs):
     parts = []
     if heads:
         parts.append("output(s) %s" % ", ".join(str(k) for k in heads))

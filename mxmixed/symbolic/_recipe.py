@@ -3,18 +3,21 @@
 A float16 body between casts with ``SoftmaxOutput`` in float32, and the optimizer settings
 for ``multi_precision=True`` with static loss scaling. Re-exported by :mod:`mxmixed.symbolic`.
 """
+from typing import Any, Callable, Dict
+
 import numpy as np
 
 import mxnet as mx
 
-from ._common import _FLOAT16, _FLOAT32
+from .._graph import FLOAT16, FLOAT32
 
 __all__ = ["float16_softmax_symbol", "multi_precision_params", "multi_precision_optimizer"]
 
 
 # ------------------------------------------------------------------ the manual recipe
-def float16_softmax_symbol(body, dtype="float16", loss_scale=1.0, data_name="data",
-                           name="softmax"):
+def float16_softmax_symbol(body: Callable[[mx.sym.Symbol], mx.sym.Symbol], dtype: str = "float16",
+                           loss_scale: float = 1.0, data_name: str = "data",
+                           name: str = "softmax") -> mx.sym.Symbol:
     """Wrap a network body the way MXNet's original float16 tutorial does.
 
     The data is cast to ``dtype`` right after the input variable, the body runs in that
@@ -43,12 +46,12 @@ def float16_softmax_symbol(body, dtype="float16", loss_scale=1.0, data_name="dat
        Only static loss scaling exists for the Module API in MXNet 1.9.1; dynamic loss
        scaling (``amp.init_trainer``, :class:`mxmixed.LossScaler`) is Gluon-only.
     """
-    if np.dtype(dtype) not in (_FLOAT16, _FLOAT32):
+    if np.dtype(dtype) not in (FLOAT16, FLOAT32):
         raise ValueError("dtype must be 'float16' or 'float32', got %r" % (dtype,))
     if not loss_scale > 0:
         raise ValueError("loss_scale must be positive, got %r" % (loss_scale,))
     data = mx.sym.var(data_name)
-    half = np.dtype(dtype) == _FLOAT16
+    half = np.dtype(dtype) == FLOAT16
     if half:
         data = mx.sym.Cast(data, dtype="float16", name=data_name + "_float16")
     out = body(data)
@@ -57,7 +60,8 @@ def float16_softmax_symbol(body, dtype="float16", loss_scale=1.0, data_name="dat
     return mx.sym.SoftmaxOutput(out, name=name, grad_scale=float(loss_scale))
 
 
-def multi_precision_params(batch_size, loss_scale=1.0, learning_rate=0.01, **kwargs):
+def multi_precision_params(batch_size: int, loss_scale: float = 1.0, learning_rate: float = 0.01,
+                           **kwargs: Any) -> Dict[str, Any]:
     """Optimizer settings for float16 Module API training: master weights, static scaling.
 
     Pass them as ``mod.fit(..., optimizer='sgd', optimizer_params=...)``.
@@ -94,8 +98,9 @@ def multi_precision_params(batch_size, loss_scale=1.0, learning_rate=0.01, **kwa
     return params
 
 
-def multi_precision_optimizer(batch_size, loss_scale=1.0, optimizer="sgd", learning_rate=0.01,
-                              **kwargs):
+def multi_precision_optimizer(batch_size: int, loss_scale: float = 1.0, optimizer: str = "sgd",
+                              learning_rate: float = 0.01,
+                              **kwargs: Any) -> mx.optimizer.Optimizer:
     """The optimizer of :func:`multi_precision_params`, created.
 
     Parameters

@@ -8,16 +8,14 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from .._graph import dtype_name
-from ._common import _CAST_OPS, _FLOAT32
-from ._graph import (_compute_dtype, _entry_dtypes, _graph, _is_fp32_listed, _known_types,
-                     _var_dtype)
+from .._graph import CAST_OPS, FLOAT32, dtype_name, graph_json, var_dtype
+from ._graph import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
 
-__all__ = ["ConversionReport"]
+__all__ = ["ConversionReport", "build_report", "format_bytes"]
 
 
 # ------------------------------------------------------------------ the report
-def _format_bytes(n):
+def format_bytes(n):
     for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
         if n >= size:
             return "%.2f %s" % (n / size, unit)
@@ -84,21 +82,21 @@ class ConversionReport:
     notes: List[str] = field(default_factory=list)
 
     @property
-    def bytes_before(self):
+    def bytes_before(self) -> int:
         """Total parameter bytes before the conversion (int)."""
         return sum(self.param_bytes_before.values())
 
     @property
-    def bytes_after(self):
+    def bytes_after(self) -> int:
         """Total parameter bytes after the conversion (int)."""
         return sum(self.param_bytes_after.values())
 
     @property
-    def size_ratio(self):
+    def size_ratio(self) -> float:
         """Parameter bytes after / before (float)."""
         return self.bytes_after / self.bytes_before if self.bytes_before else 1.0
 
-    def count(self, op, dtype):
+    def count(self, op: str, dtype: str) -> int:
         """Number of ``op`` nodes computing in ``dtype`` (int)."""
         name = dtype if dtype == "bfloat16" else dtype_name(dtype)
         return self.ops.get(op, {}).get(name, 0)
@@ -106,7 +104,7 @@ class ConversionReport:
     def __str__(self):
         return self.format()
 
-    def verdict(self):
+    def verdict(self) -> str:
         """The report's first line: what computes in the target dtype, the size, what stayed
         float32."""
         computing = sum(sum(c.values()) for c in self.ops.values())
@@ -119,7 +117,7 @@ class ConversionReport:
         return ("%s conversion report: %d of %d layers compute in %s; params %s -> %s "
                 "(%.1f%%); %d kept float32%s (%s)"
                 % (self.target_dtype.capitalize(), low, computing, self.target_dtype,
-                   _format_bytes(self.bytes_before), _format_bytes(self.bytes_after), 100.0 * self.size_ratio,
+                   format_bytes(self.bytes_before), format_bytes(self.bytes_after), 100.0 * self.size_ratio,
                    len(self.fp32_layers), ": " + why if why else "", timing))
 
     def _kept_by_reason(self):
@@ -128,7 +126,7 @@ class ConversionReport:
             kept.setdefault(reason, []).append(name)
         return dict(sorted(kept.items(), key=lambda item: (-len(item[1]), item[0])))
 
-    def format(self, verbose=False):
+    def format(self, verbose: bool = False) -> str:
         """The report as text: the verdict first, then the details.
 
         Parameters
@@ -161,10 +159,10 @@ class ConversionReport:
         lines.append("%-10s %12s %12s" % ("params", "before", "after"))
         for name in names:
             lines.append("%-10s %12s %12s" % (name,
-                                             _format_bytes(self.param_bytes_before.get(name, 0)),
-                                             _format_bytes(self.param_bytes_after.get(name, 0))))
-        lines.append("%-10s %12s %12s  (%.1f%%)" % ("total", _format_bytes(self.bytes_before),
-                                                    _format_bytes(self.bytes_after),
+                                             format_bytes(self.param_bytes_before.get(name, 0)),
+                                             format_bytes(self.param_bytes_after.get(name, 0))))
+        lines.append("%-10s %12s %12s  (%.1f%%)" % ("total", format_bytes(self.bytes_before),
+                                                    format_bytes(self.bytes_after),
                                                     100.0 * self.size_ratio))
         lines.append("")
         lines += self._kept_lines(verbose)
@@ -187,29 +185,29 @@ class ConversionReport:
         return lines
 
 
-def _build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after, data_names,
+def build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after, data_names,
                   reasons, settings, target):
-    graph = _graph(sym)
+    graph = graph_json(sym)
     nodes = graph["nodes"]
     var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
-    data_types = {n: _var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
-    dtypes = _entry_dtypes(graph, _known_types(arg_after, aux_after, data_types))
+    data_types = {n: var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
+    dtypes = consumed_dtypes(graph, known_types(arg_after, aux_after, data_types))
     ops, layer_dtypes, fp32_layers = {}, {}, []
     for node in nodes:
-        if node["op"] == "null" or node["op"] in _CAST_OPS:
+        if node["op"] == "null" or node["op"] in CAST_OPS:
             continue
-        dtype = _compute_dtype(node, dtypes)
+        dtype = compute_dtype(node, dtypes)
         name = dtype_name(dtype) if dtype is not None else "other"
         counts = ops.setdefault(node["op"], {target: 0, "float32": 0})
         counts[name] = counts.get(name, 0) + 1
         layer_dtypes[node["name"]] = name
-        if dtype == _FLOAT32:
+        if dtype == FLOAT32:
             reason = reasons.get(node["name"])
             if reason is None:
-                reason = "float32 op list" if _is_fp32_listed(node, target) else "float32 input"
+                reason = "float32 op list" if is_fp32_listed(node, target) else "float32 input"
             fp32_layers.append((node["name"], node["op"], reason))
-    casts_before = sum(1 for n in before_graph["nodes"] if n["op"] in _CAST_OPS)
-    casts_after = sum(1 for n in nodes if n["op"] in _CAST_OPS)
+    casts_before = sum(1 for n in before_graph["nodes"] if n["op"] in CAST_OPS)
+    casts_after = sum(1 for n in nodes if n["op"] in CAST_OPS)
     outputs = {}
     for name, (src, out, _) in zip(sym.list_outputs(), graph["heads"]):
         dtype = dtypes.get((src, out))

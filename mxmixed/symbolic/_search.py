@@ -7,16 +7,19 @@ float32 and one float16 run), bisects the ranking and prunes the prefix by group
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._common import ConversionError
+import mxnet as mx
+
+from .._convert import ConversionError
+from .._graph import graph_json
 from ._conversion import ConvertedModel, convert
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
-from ._graph import _default_ctx, _graph, _inference_graph
-from ._probe import _probe, _sensitivity, _underflow_layers, _underflow_note
-from ._validation import _Runner, _batches, _compare, _run
+from ._graph import default_ctx, inference_graph
+from ._probe import layer_sensitivity, probe_layers, underflow_layers, underflow_note
+from ._validation import Runner, largest_error, run_batches, split_batches
 
 __all__ = ["search_fp32_layers", "SearchResult"]
 
@@ -92,10 +95,13 @@ def _rank(names, peaks, scores):
     return [names[k] for k in order]
 
 
-def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, exclude_layers=(),
-                       exclude_ops=(), keep_io_types=True, cast_optional_params=True,
-                       batch_size=8, ctx=None, progress=True, keep_detection_float32=True,
-                       rule="auto"):
+def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
+                       aux_params: Dict[str, mx.nd.NDArray],
+                       inputs: Any, tolerance: float = 1e-2, exclude_layers: Sequence[str] = (),
+                       exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
+                       cast_optional_params: bool = True, batch_size: int = 8,
+                       ctx: Optional[mx.Context] = None, progress: bool = True,
+                       keep_detection_float32: bool = True, rule: str = "auto") -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
@@ -170,7 +176,7 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
     start = time.perf_counter()
-    ev = _Evaluator(sym, arg_params, aux_params, _batches(inputs, batch_size), _default_ctx(ctx),
+    ev = _Evaluator(sym, arg_params, aux_params, split_batches(inputs, batch_size), default_ctx(ctx),
                     rule, progress,
                     dict(exclude_layers=list(exclude_layers), exclude_ops=list(exclude_ops),
                          keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
@@ -189,9 +195,9 @@ def search_fp32_layers(sym, arg_params, aux_params, inputs, tolerance=1e-2, excl
         ev.close()
     ordered = chosen + [n for n in _rank(names, ev.stats32.peak, scores) if n not in chosen]
     model = ev.convert_with(chosen)
-    tiny, heads = _underflow_layers(names, ev.stats32.peak, ev.reference)
+    tiny, heads = underflow_layers(names, ev.stats32.peak, ev.reference)
     if tiny or heads:
-        note = _underflow_note(tiny, heads, ev.reference)
+        note = underflow_note(tiny, heads, ev.reference)
         for report in {id(ev.base.report): ev.base.report, id(model.report): model.report}.values():
             report.notes.append(note)
     return SearchResult(list(chosen), float(tolerance), ev.cache[tuple(sorted(chosen))], initial,
@@ -217,10 +223,10 @@ class _Evaluator:
         self.base = convert(sym, arg_params, aux_params, **settings)
         self.names = [name for name, dtype in self.base.report.layer_dtypes.items()
                       if dtype == "float16"]
-        self.reference, self.stats32, self.acts32 = _probe(
+        self.reference, self.stats32, self.acts32 = probe_layers(
             sym, arg_params, aux_params, self.names, batches, ctx, progress,
             "search: float32 run", keep=True)
-        self.graph32 = _graph(_inference_graph(sym))
+        self.graph32 = graph_json(inference_graph(sym))
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:
@@ -243,7 +249,7 @@ class _Evaluator:
         return error
 
     def _compared(self, layers, got):
-        _, err, nonfinite, _ = _compare(self.reference, got, self.rule)
+        _, err, nonfinite, _ = largest_error(self.reference, got, self.rule)
         return self._record(layers, math.inf if nonfinite else err)
 
     def error_with(self, layers):
@@ -251,7 +257,7 @@ class _Evaluator:
         key = tuple(sorted(layers))
         if key not in self.cache:
             try:
-                got = _run(_Runner(self.convert_with(layers), self.ctx), self.batches, False, "")
+                got = run_batches(Runner(self.convert_with(layers), self.ctx), self.batches, False, "")
             except ConversionError as err:  # counts as failing
                 self.skipped.append((", ".join(layers) if len(layers) < 4
                                      else "%d layers" % len(layers), str(err)))
@@ -263,10 +269,10 @@ class _Evaluator:
     def probe_with(self, layers):
         """An evaluation that also measures every candidate's float16 error."""
         model = self.convert_with(layers)
-        got, stats, _ = _probe(model.symbol, model.arg_params, model.aux_params, self.names,
+        got, stats, _ = probe_layers(model.symbol, model.arg_params, model.aux_params, self.names,
                                self.batches, self.ctx, False, "", reference=self.acts32)
         return (self._compared(layers, got),
-                _sensitivity(self.graph32, self.names, self.stats32.peak, stats.diff))
+                layer_sensitivity(self.graph32, self.names, self.stats32.peak, stats.diff))
 
     def close(self):
         if self.bar is not None:

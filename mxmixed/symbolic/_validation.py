@@ -7,7 +7,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -15,15 +15,21 @@ import mxnet as mx
 from mxnet import gluon
 
 from .. import emulation
-from ._common import ConversionError, _FLOAT16, _FLOAT32
+from .._convert import ConversionError
+from .._graph import FLOAT16, FLOAT32
 from ._detections import OutputCheck, compare_outputs
-from ._graph import _default_ctx, _is_cpu, _symbol_block
+from ._graph import default_ctx, is_cpu, symbol_block
 
-__all__ = ["validate", "ValidationReport"]
+__all__ = ["validate", "ValidationReport", "Runner", "largest_error", "progress_bar", "run_batches",
+           "split_batches"]
+
+# What validate() and the ONNX check run: a gluon Block, a ConvertedModel or a
+# (sym, arg_params, aux_params) tuple (their docstrings say which).
+Model = Any
 
 
 # ------------------------------------------------------------------ running models
-def _batches(inputs, batch_size):
+def split_batches(inputs, batch_size):
     """Split ``inputs`` (array or iterable of batches / (X, y) pairs) into NumPy batches."""
     if isinstance(inputs, mx.nd.NDArray):
         inputs = inputs.asnumpy()
@@ -41,7 +47,7 @@ def _batches(inputs, batch_size):
     return batches
 
 
-class _Runner:
+class Runner:
     """Runs one model (Block, ConvertedModel or (sym, args, auxs)) on NumPy batches."""
 
     def __init__(self, model, ctx, input_dtype=None):
@@ -49,10 +55,10 @@ class _Runner:
         if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
             model = (model.symbol, model.arg_params, model.aux_params)
         if isinstance(model, tuple) and len(model) == 3:
-            self.block = _symbol_block(*model, ctx)
+            self.block = symbol_block(*model, ctx)
         elif isinstance(model, gluon.Block):
             self.block = model
-            if _is_cpu(ctx) and self._has_float16(model):
+            if is_cpu(ctx) and self._has_float16(model):
                 cached = getattr(model, "_cached_op", None)
                 if cached is not None and not isinstance(cached, emulation.EmulatedCachedOp):
                     model._clear_cached_op()  # built before emulation: rebuild it emulated
@@ -60,7 +66,7 @@ class _Runner:
             raise ConversionError("a model must be a Gluon Block, a ConvertedModel or a "
                                   "(sym, arg_params, aux_params) tuple, got %s"
                                   % type(model).__name__)
-        types = getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": _FLOAT32}
+        types = getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": FLOAT32}
         if len(types) != 1:
             raise ConversionError("validation supports models with one data input; this one "
                                   "has %s" % sorted(types))
@@ -68,11 +74,11 @@ class _Runner:
 
     @staticmethod
     def _has_float16(block):
-        return any(np.dtype(p.dtype) == _FLOAT16 for p in block.collect_params().values())
+        return any(np.dtype(p.dtype) == FLOAT16 for p in block.collect_params().values())
 
     def __call__(self, batch):
         X = mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)
-        emulate = _is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
+        emulate = is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
         scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
             out = self.block(X)
@@ -80,7 +86,7 @@ class _Runner:
             return [o.astype("float32").asnumpy() for o in outs]
 
 
-def _progress(iterable, enabled, desc, total=None):
+def progress_bar(iterable, enabled, desc, total=None):
     if not enabled:
         return iterable
     from tqdm.auto import tqdm
@@ -88,9 +94,9 @@ def _progress(iterable, enabled, desc, total=None):
     return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
-def _run(runner, batches, progress, desc):
+def run_batches(runner, batches, progress, desc):
     outputs = None
-    for batch in _progress(batches, progress, desc, total=len(batches)):
+    for batch in progress_bar(batches, progress, desc, total=len(batches)):
         outs = runner(batch)
         if outputs is None:
             outputs = [[] for _ in outs]
@@ -145,18 +151,18 @@ class ValidationReport:
     target_dtype: str = "float16"
 
     @property
-    def error(self):
+    def error(self) -> float:
         """The largest error over :attr:`checks` (float): what :meth:`passes` compares."""
         if not self.checks:
             return self.max_rel_error
         return max(check.error for check in self.checks)
 
     @property
-    def rule(self):
+    def rule(self) -> str:
         """The rule(s) used, in words (str)."""
         return "; ".join(sorted({check.rule for check in self.checks})) or "relative"
 
-    def passes(self, tolerance):
+    def passes(self, tolerance: float) -> bool:
         """Whether every output is finite and every check's error is ``<= tolerance`` (bool).
 
         Float16 inf or NaN counts only where the float32 value is finite.
@@ -194,7 +200,7 @@ def _degenerate(ref):
     return None
 
 
-def _compare(ref, got, rule="auto"):
+def largest_error(ref, got, rule="auto"):
     """``(abs_err, error, nonfinite, top1)``: ``error`` is the largest per-output error."""
     checks, abs_err, _, nonfinite, top1 = compare_outputs(ref, got, rule)
     return abs_err, max((c.error for c in checks), default=0.0), nonfinite, top1
@@ -203,11 +209,13 @@ def _compare(ref, got, rule="auto"):
 def _device_text(ctx, target="float16"):
     if target == "bfloat16":
         return "%s (bfloat16 through oneDNN)" % (ctx,)
-    return "%s (float16 %s)" % (ctx, "emulated" if _is_cpu(ctx) else "native")
+    return "%s (float16 %s)" % (ctx, "emulated" if is_cpu(ctx) else "native")
 
 
-def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=True,
-             input_dtype=None, rule="auto", reference=None):
+def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int = 8,
+             ctx: Optional[mx.Context] = None, progress: bool = True,
+             input_dtype: Optional[str] = None, rule: str = "auto",
+             reference: Optional[List[np.ndarray]] = None) -> "ValidationReport":
     """Run the float32 and the float16 model on the same inputs and compare the outputs.
 
     On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
@@ -271,20 +279,20 @@ def validate(fp32_model, fp16_model, inputs, batch_size=8, ctx=None, progress=Tr
     if rule not in ("auto", "relative", "detections"):
         raise ConversionError("rule must be 'auto', 'relative' or 'detections', got %r"
                               % (rule,))
-    ctx = _default_ctx(ctx)
+    ctx = default_ctx(ctx)
     start = time.perf_counter()
-    batches = _batches(inputs, batch_size)
+    batches = split_batches(inputs, batch_size)
     if reference is None:
-        ref = _run(_Runner(fp32_model, ctx), batches, progress, "validate float32")
+        ref = run_batches(Runner(fp32_model, ctx), batches, progress, "validate float32")
     else:
         ref = [np.asarray(r) for r in reference]
         if any(len(r) != sum(len(b) for b in batches) for r in ref):
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
                                   % (sorted({len(r) for r in ref}),
                                      sum(len(b) for b in batches)))
-    runner = _Runner(fp16_model, ctx, input_dtype)
+    runner = Runner(fp16_model, ctx, input_dtype)
     target = "bfloat16" if getattr(runner.block, "_mxmixed_bfloat16", False) else "float16"
-    got = _run(runner, batches, progress, "validate %s" % target)
+    got = run_batches(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
