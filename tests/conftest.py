@@ -38,6 +38,14 @@ def run_python(code, timeout=300, env=None):
                           timeout=timeout, env=full_env, cwd=ROOT)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tutorial notebooks (nbval's cells) are slow: they train models end to end."""
+    tutorials = os.path.join(ROOT, "tutorials")
+    for item in items:
+        if str(item.path).startswith(tutorials + os.sep):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the session if anything in it replaced /dev/null (a root process can: MXNet's
     profiler once re-created its output file there)."""

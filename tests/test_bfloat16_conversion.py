@@ -116,6 +116,7 @@ def test_load_bfloat16_runs_the_graph_without_the_float16_emulation(cifar, tmp_p
     assert sorted(n["op"] for n in loaded) == sorted(n["op"] for n in saved)
 
 
+@pytest.mark.slow
 def test_load_bfloat16_refuses_a_float16_pair(cifar, tmp_path):
     if not RUNS:
         pytest.skip("bfloat16 cannot run here: %s" % WHY)
@@ -149,6 +150,7 @@ def test_cli_converts_and_validates_a_classifier_to_bfloat16(cifar, tmp_path, ca
     assert any(np.dtype(v.dtype) == BFLOAT16 for v in args.values())
 
 
+@pytest.mark.slow
 @needs_bfloat16
 def test_cli_converts_and_validates_a_detector_to_bfloat16(ssd, tmp_path, capsys):
     prefix, X = ssd

@@ -69,6 +69,7 @@ def test_bfloat16_still_takes_a_static_or_dynamic_scale_on_request(asked, dynami
     assert np.isfinite(losses).all()
 
 
+@pytest.mark.slow
 def test_bfloat16_checkpoint_resumes_to_the_same_weights(tmp_path):
     # two runs of 6 steps, one of them stopped after 3, saved, restored into a new net
     def run(split):
@@ -95,6 +96,7 @@ def test_bfloat16_checkpoint_resumes_to_the_same_weights(tmp_path):
         np.testing.assert_array_equal(value, resumed[name])
 
 
+@pytest.mark.slow
 def test_bfloat16_digits_accuracy_within_the_spread_of_float32_over_3_seeds():
     f32, bf16 = [], []
     for seed in (0, 1, 2):

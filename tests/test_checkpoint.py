@@ -98,6 +98,7 @@ def _updater_states(trainer):
 
 
 # ----------------------------------------------------------------------------- round trip
+@pytest.mark.slow
 def test_round_trip_restores_params_master_weights_counters_and_scaler(tmp_path, digits):
     X, y = digits
     emulation.enable()
@@ -308,6 +309,7 @@ print("NOT KILLED")
 """
 
 
+@pytest.mark.slow
 def test_process_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path):
     path = tmp_path / "ckpt.mxc"
     proc = run_python("import sys; sys.argv[1:] = [%r]\n" % str(path) + KILLED_SAVE_SCRIPT,
@@ -535,6 +537,7 @@ def _run(mode, workdir):
     return run_python(code, timeout=180)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bit_identical_under_amp_emulation_and_dynamic_scaling(
         tmp_path):
     run_a = _run("A", tmp_path)

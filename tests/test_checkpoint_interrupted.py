@@ -15,6 +15,7 @@ import time
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import gluon
 
 from conftest import ROOT
@@ -65,6 +66,7 @@ def _mxmixed_tmp_dirs():
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "mxmixed-ckpt-*")))
 
 
+@pytest.mark.slow
 def test_saves_killed_by_sigkill_leave_litter_that_the_next_save_sweeps(tmp_path):
     path = tmp_path / "ckpt.mxc"
     tmp_dirs = _mxmixed_tmp_dirs()
@@ -94,6 +96,7 @@ def test_saves_killed_by_sigkill_leave_litter_that_the_next_save_sweeps(tmp_path
     assert checkpoint.load(path, _net()) == "after"
 
 
+@pytest.mark.slow
 def test_sigterm_during_saves_removes_the_temporary_files_and_ends_the_process(tmp_path):
     path = tmp_path / "ckpt.mxc"
     for delay in (0.2, 0.5):

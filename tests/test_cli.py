@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import mxmixed
 from mxmixed import cli, emulation
 from mxmixed.sysinfo import collect
@@ -47,6 +49,7 @@ def test_info_reports_emulation_state():
         assert collect()["emulation"].startswith("active")
 
 
+@pytest.mark.slow
 def test_demo_tells_the_whole_story_and_writes_its_results(capsys, tmp_path):
     out_dir = tmp_path / "demo"
     assert cli.main(["demo", "--epochs", "2", "--out", str(out_dir)]) == 0

@@ -36,6 +36,7 @@ def test_help_and_argument_errors_do_not_import_mxnet(argv, code):
         assert len(lines) == 1 and "error" in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_import_mxmixed_loads_mxnet_only_when_a_name_is_used():
     code = ("import sys, mxmixed; a = 'mxnet' in sys.modules; mxmixed.init_trainer; "
             "print(a, 'mxnet' in sys.modules, 'mxmixed.training' in sys.modules)")

@@ -55,6 +55,7 @@ def _files(folder):
 
 
 # ------------------------------------------------------------------ acceptance
+@pytest.mark.slow
 def test_digits_classifier_converted_by_the_cli_keeps_its_accuracy(digits, tmp_path, capsys):
     out = str(tmp_path / "digits16")
     code, stdout, _ = _run(["convert", digits["prefix"], "0", "--out", out, "--validate", "64",
@@ -87,6 +88,7 @@ def test_convert_prints_the_report_and_the_validation(digits, tmp_path, capsys, 
     assert "wrote " in lines[-1]
 
 
+@pytest.mark.slow
 def test_python_dash_m_mxmixed_convert_writes_the_checkpoint(checkpoint, tmp_path):
     out = str(tmp_path / "out16")
     proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", checkpoint, "0",
@@ -98,6 +100,7 @@ def test_python_dash_m_mxmixed_convert_writes_the_checkpoint(checkpoint, tmp_pat
     assert os.path.isfile(out + "-symbol.json") and os.path.isfile(out + "-0000.params")
 
 
+@pytest.mark.slow
 def test_python_dash_m_mxmixed_convert_bad_input_is_one_line_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", str(tmp_path / "none"),
                            "0", "--out", str(tmp_path / "out")], capture_output=True,

@@ -33,6 +33,7 @@ def _convert(checkpoint, out, **popen):
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), text=True, **popen)
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_costs_no_traceback_and_no_files(checkpoint, tmp_path):
     out = str(tmp_path / "piped")
     proc = _convert(checkpoint, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -11,6 +11,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 # the only files allowed to name os.devnull: they check it, or say why it must not be written
@@ -42,6 +44,7 @@ def test_no_code_gives_dev_null_as_a_file_name():
         assert "filename=os.devnull" not in handle.read()
 
 
+@pytest.mark.slow
 def test_the_session_fails_when_dev_null_was_replaced(tmp_path):
     # the session-finish check of conftest.py, seen from outside: a session in which
     # os.devnull names a regular file ends as failed, although its test passed

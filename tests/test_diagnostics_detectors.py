@@ -48,6 +48,7 @@ def test_mxnet_own_amp_pass_cannot_convert_an_ssd_export(export):
         converted.infer_type(data=np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DETECTORS)
 def test_locator_memory_report_and_audit_run_on_detector_exports(export, name):
     sym, args, auxs = export(name)
@@ -62,6 +63,7 @@ def test_locator_memory_report_and_audit_run_on_detector_exports(export, name):
     assert len(audit.layers) > 20
 
 
+@pytest.mark.slow
 def test_locator_names_a_planted_overflow_in_ssd_extra_layers(export):
     sym, args, auxs = export("ssd_512_mobilenet1.0_voc")
     args = dict(args)
@@ -79,6 +81,7 @@ def test_locator_names_a_planted_overflow_in_ssd_extra_layers(export):
     assert layer in str(report).splitlines()[0]
 
 
+@pytest.mark.slow
 def test_diagnostics_print_nothing_of_mxnet_s_own(export, capfd):
     sym, args, auxs = export("ssd_512_mobilenet1.0_voc")
     diagnostics.find_overflow_symbol(sym, {"data": _batch()}, args, auxs)

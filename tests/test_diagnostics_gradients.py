@@ -194,6 +194,7 @@ def _train(amp, seed, scale=None, epochs=6):
         return {"accuracy": evaluate(net, test_loader), "scaler": scaler, "advice": advice}
 
 
+@pytest.mark.slow
 def test_advised_static_scale_trains_digits_without_skipped_steps_to_float32_accuracy():
     seeds = (0, 1, 2)
     f32 = [_train(False, s)["accuracy"] for s in seeds]

@@ -89,6 +89,7 @@ def dist(request, tmp_path_factory):
     return {"kvstore": request.param, "out": out, "ckpt_dir": ckpt_dir, "result": result}
 
 
+@pytest.mark.slow
 def test_workers_end_with_the_params_of_a_single_process_on_the_same_global_batch(dist, single):
     for rank in (0, 1):
         mine = _load(dist["out"] / "report" / ("rank%d.params" % rank))
@@ -104,6 +105,7 @@ def test_workers_end_with_the_params_of_a_single_process_on_the_same_global_batc
                                        err_msg="%s rank %d" % (name, rank))
 
 
+@pytest.mark.slow
 def test_a_planted_overflow_on_one_worker_is_skipped_by_every_worker(dist, single):
     logs = [json.loads((dist["out"] / "report" / ("rank%d.json" % r)).read_text())
             for r in (0, 1)]
@@ -156,6 +158,7 @@ NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc"),
                                 reason="finds the job's processes through /proc (Linux)")
 
 
+@pytest.mark.slow
 @NEEDS_PROC
 def test_a_killed_worker_fails_the_wrapper_fast_and_names_it(tmp_path):
     token = uuid.uuid4().hex
@@ -194,6 +197,7 @@ def test_a_killed_worker_fails_the_wrapper_fast_and_names_it(tmp_path):
     assert _job_alive(token) == []
 
 
+@pytest.mark.slow
 @NEEDS_PROC
 def test_run_local_bounds_a_hanging_job_and_kills_its_process_group():
     token = uuid.uuid4().hex
@@ -206,6 +210,7 @@ def test_run_local_bounds_a_hanging_job_and_kills_its_process_group():
     assert _job_alive(token) == []
 
 
+@pytest.mark.slow
 def test_run_local_names_a_worker_that_fails_by_itself():
     with pytest.raises(DistributedRunError, match=r"worker 0 exited with status 3") as info:
         run_local([sys.executable, "-c",
@@ -216,6 +221,7 @@ def test_run_local_names_a_worker_that_fails_by_itself():
 
 
 # ----------------------------------------------------------------------------- no launch
+@pytest.mark.slow
 def test_launch_entry_point_aliases_isAlive_and_keeps_mxnets_launcher():
     assert not hasattr(threading.Thread, "isAlive") or sys.version_info < (3, 9)
     proc = run_python("import sys; from mxmixed import launch; "
@@ -296,6 +302,7 @@ def test_save_checkpoint_writes_on_rank0_only(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["one.ckpt", "r0.ckpt"]
 
 
+@pytest.mark.slow
 def test_the_example_refuses_a_dist_kvstore_without_the_launcher():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
     proc = subprocess.run([sys.executable, EXAMPLE, "--kvstore", "dist_sync", "--steps", "1"],

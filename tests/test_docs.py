@@ -60,6 +60,7 @@ def _page(site, name):
     return path.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_docs_build_without_warnings(site):
     proc = site["proc"]
     problems = [line for line in (proc.stdout + proc.stderr).splitlines()
@@ -119,6 +120,7 @@ def _has_page(modname):
     return modname not in FOLDED and inspect.ismodule(_resolve(modname))
 
 
+@pytest.mark.slow
 def test_api_reference_documents_every_public_name(site):
     """Checked from the built inventory, independently of conf.py's own bookkeeping."""
     documented = _inventory(site)
@@ -139,6 +141,7 @@ def test_api_reference_documents_every_public_name(site):
     assert not missing, "public names missing from the API reference: %s" % ", ".join(missing)
 
 
+@pytest.mark.slow
 def test_api_pages_one_per_module_gluon_core_first_under_the_import_path(site):
     documented = _inventory(site)
     for name in CORE:   # documented as mxmixed.X, on the package's page
@@ -164,6 +167,7 @@ def test_api_pages_one_per_module_gluon_core_first_under_the_import_path(site):
     assert (site["html"] / "py-modindex.html").is_file()
 
 
+@pytest.mark.slow
 def test_every_page_shows_the_version_and_links_the_source_and_indexes(site):
     import mxmixed
 
@@ -174,6 +178,7 @@ def test_every_page_shows_the_version_and_links_the_source_and_indexes(site):
         assert "py-modindex.html" in page, name
 
 
+@pytest.mark.slow
 def test_guide_pages_link_the_api(site):
     """Inline code naming an API object is a link, and the core names are linked."""
     gluon = _page(site, "gluon.html")
@@ -184,6 +189,7 @@ def test_guide_pages_link_the_api(site):
         assert 'href="api/mxmixed.html#mxmixed.%s"' % name in quickstart, name
 
 
+@pytest.mark.slow
 def test_every_notebook_rendered_with_its_outputs(site):
     assert NOTEBOOKS, "no notebooks under tutorials/"
     index = _page(site, "index.html")
@@ -246,6 +252,7 @@ def _content_pages(site):
         ["tutorials/%s.html" % notebook.stem for notebook in NOTEBOOKS]
 
 
+@pytest.mark.slow
 def test_no_literal_markup_in_rendered_text(site):
     """``2**16`` outside code renders as a stray bold: ``**`` may only show inside code."""
     bad = []
@@ -257,6 +264,7 @@ def test_no_literal_markup_in_rendered_text(site):
         "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_test_scaffolding_in_rendered_pages(site):
     """nbval's markers live in the cells' tags, not as ``# NBVAL_...`` comments on display."""
     bad = []
@@ -268,6 +276,7 @@ def test_no_test_scaffolding_in_rendered_pages(site):
     assert not bad, "NBVAL_ markers shown in the rendered pages: %s" % ", ".join(bad)
 
 
+@pytest.mark.slow
 def test_pages_load_nothing_from_the_network(site):
     attr = re.compile(r"<(script|link|img|iframe|source)\b[^>]*?\b(?:src|href)=\"([^\"]+)\"", re.I)
     remote = []
@@ -353,6 +362,7 @@ def _assert_rendered(driver, errors, title_part):
     assert not errors, "console errors:\n" + "\n".join(errors)
 
 
+@pytest.mark.slow
 def test_browser_index_page(site, browser):
     errors = _open(browser, site["html"] / "index.html")
     _assert_rendered(browser, errors, "mxmixed")
@@ -363,6 +373,7 @@ def test_browser_index_page(site, browser):
             notebook.name
 
 
+@pytest.mark.slow
 def test_browser_tutorial_images_load(site, browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -378,6 +389,7 @@ def test_browser_tutorial_images_load(site, browser):
     assert not broken, "images that did not load: %s" % broken
 
 
+@pytest.mark.slow
 def test_browser_api_page_lists_the_helpers(site, browser):
     errors = _open(browser, site["html"] / "api" / "mxmixed.html")
     _assert_rendered(browser, errors, "mxmixed")
@@ -390,6 +402,7 @@ def test_browser_api_page_lists_the_helpers(site, browser):
             "return document.querySelectorAll('a[href$=\"#%s\"]').length;" % anchor) > 0, anchor
 
 
+@pytest.mark.slow
 def test_browser_sidebar_lists_the_api_modules(site, browser):
     for name in ("index.html", "api/mxmixed.diagnostics.html"):
         _open(browser, site["html"] / name)
@@ -400,6 +413,7 @@ def test_browser_sidebar_lists_the_api_modules(site, browser):
         assert [m for m in listed if m in expected] == expected, (name, listed)
 
 
+@pytest.mark.slow
 def test_browser_pages_fit_1280_px(site, browser):
     """No page scrolls sideways in a 1280 px window: code wraps, tables fit or scroll inside."""
     assert browser.execute_script("return window.outerWidth;") <= 1280
@@ -418,6 +432,7 @@ def test_browser_pages_fit_1280_px(site, browser):
     assert not wide, "pages wider than the window:\n" + "\n".join(wide)
 
 
+@pytest.mark.slow
 def test_browser_table_keys_are_not_split_mid_word(site, browser):
     """The run page's report table: a key such as ``exit_code`` stays on one line."""
     _open(browser, site["html"] / "run.html")
@@ -428,6 +443,7 @@ def test_browser_table_keys_are_not_split_mid_word(site, browser):
     assert not split, "table names split across lines: %s" % split
 
 
+@pytest.mark.slow
 def test_browser_sidebar_shows_long_code_whole(site, browser):
     """The emulation page's sidebar: long code paths wrap inside it, none is cut off."""
     _open(browser, site["html"] / "emulation.html")

@@ -94,6 +94,7 @@ def _groups():
     return [pytest.param(shared, id="shared")] + [pytest.param([k], id=k) for k in alone]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tests", _groups())
 def test_docstring_examples_run(tests, tmp_path):
     if not tests:

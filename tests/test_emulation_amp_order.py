@@ -35,6 +35,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("emulation_first", [True, False], ids=["emulation-first", "amp-first"])
 @pytest.mark.parametrize("hybridize", [False, True], ids=["imperative", "hybridized"])
 def test_amp_and_emulation_work_in_either_order(emulation_first, hybridize):

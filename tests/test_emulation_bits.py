@@ -53,6 +53,7 @@ def test_table_covers_every_zoo_family():
     assert {"classification", "ssd", "yolo", "segmentation", "pose"} <= set(FAMILIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_training_step_is_bit_identical(family, current):
     want, got = TABLE["families"][family], current[family]

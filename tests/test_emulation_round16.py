@@ -56,6 +56,7 @@ def op():
     return name
 
 
+@pytest.mark.slow
 def test_build_makes_a_library_in_the_directory_asked(tmp_path):
     if _round16.round16_op() is None:
         pytest.skip("no C++ compiler here: " + _round16.status())

@@ -72,6 +72,7 @@ def float32_accuracy():
     return float(np.mean(accs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hybridize", [False, True], ids=["imperative", "hybridized"])
 def test_amp_emulated_accuracy_within_one_point_of_float32(amp_runs, float32_accuracy, hybridize):
     accs = [r["accuracy"] for r in amp_runs if r["hybridize"] == hybridize]
@@ -84,6 +85,7 @@ def test_amp_emulated_accuracy_within_one_point_of_float32(amp_runs, float32_acc
     assert gap <= 0.01
 
 
+@pytest.mark.slow
 def test_amp_outputs_are_float16_under_emulation(amp_runs):
     assert all(r["out_dtypes"] == ["float16"] for r in amp_runs)
 

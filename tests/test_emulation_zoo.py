@@ -128,6 +128,7 @@ def zoo_results():
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["classification", "ssd", "yolo", "segmentation", "pose"])
 def test_family_runs_forward_and_backward_in_float16(family, zoo_results):
     result = zoo_results[family]

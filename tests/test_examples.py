@@ -20,6 +20,7 @@ def _accuracy(stdout):
     return float(line.split(":")[1].strip().rstrip("%"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--amp"], ["--dtype", "float16", "--static-loss-scale", "64"]],
                          ids=["amp", "float16"])
 def test_train_script_trains_the_digits_cnn_in_mixed_precision(flags):
@@ -29,12 +30,14 @@ def test_train_script_trains_the_digits_cnn_in_mixed_precision(flags):
     assert "emulated on CPU" in proc.stdout
 
 
+@pytest.mark.slow
 def test_train_script_runs_a_gluoncv_model_on_upscaled_digits():
     proc = _run("--model", "cifar_resnet20_v1", "--amp", "--epochs", "1", "--batch-size", "256")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "loss scale" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, message", [
     (["--amp", "--dtype", "float16"], "pick one"),
     (["--static-loss-scale", "128"], "needs --amp"),

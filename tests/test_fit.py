@@ -17,6 +17,7 @@ def rows():
     return {row["precision"]: row for row in _rows()}
 
 
+@pytest.mark.slow
 def test_three_precisions_reach_float32_accuracy(rows):
     base = rows["float32"]["mean_accuracy"]
     assert base > 0.9
@@ -24,6 +25,7 @@ def test_three_precisions_reach_float32_accuracy(rows):
         assert abs(rows[precision]["mean_accuracy"] - base) <= 0.02, precision
 
 
+@pytest.mark.slow
 def test_float16_cast_halves_the_float16_parameter_bytes(rows):
     net = digits_cnn(seed=0)
     bn = sum(int(np.prod(p.shape)) for n, p in net.collect_params().items()

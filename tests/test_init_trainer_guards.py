@@ -80,6 +80,7 @@ except RuntimeError as err:
 """
 
 
+@pytest.mark.slow
 def test_amp_without_emulation_on_cpu_names_the_emulation_in_the_warning_and_the_error():
     if mx.context.num_gpus():
         pytest.skip("a GPU runs float16 GEMMs natively")
@@ -119,6 +120,7 @@ print("AGAIN=ok")
 """
 
 
+@pytest.mark.slow
 def test_amp_init_then_mxmixed_init_is_accepted_and_adds_the_emulation():
     proc = run_python(AMP_INIT_FIRST % {"direct": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -129,6 +131,7 @@ def test_amp_init_then_mxmixed_init_is_accepted_and_adds_the_emulation():
         assert "EMULATED=True" in out
 
 
+@pytest.mark.slow
 def test_amp_init_with_another_target_is_refused_naming_the_emulation():
     proc = run_python(AMP_INIT_FIRST % {"direct": "target_dtype='bfloat16'"})
     assert proc.returncode == 0, proc.stderr[-3000:]

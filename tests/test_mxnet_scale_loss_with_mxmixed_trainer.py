@@ -1,5 +1,7 @@
 """Scripts written for MXNet's ``amp.scale_loss`` keep working when the Trainer was prepared by
 ``mxmixed.init_trainer``, and MXNet's own Trainers still go through MXNet's function."""
+import pytest
+
 from conftest import run_python
 
 SCRIPT = """
@@ -37,6 +39,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_amp_scale_loss_serves_mxmixed_and_mxnet_trainers():
     proc = run_python(SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]

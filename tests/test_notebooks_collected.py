@@ -29,6 +29,7 @@ def _ids(paths):
     return [os.path.basename(p) for p in paths]
 
 
+@pytest.mark.slow
 def test_every_tutorial_notebook_is_collected():
     notebooks = [os.path.relpath(p, ROOT) for p in NOTEBOOKS]
     assert notebooks, "tutorials/ holds no notebook"

@@ -60,6 +60,7 @@ def _mxnet_float32(prefix, X):
 
 
 # ------------------------------------------------------------------ acceptance
+@pytest.mark.slow
 def test_a_gluoncv_model_becomes_a_checked_validated_float16_onnx_file_in_one_command(
         tmp_path, capsys):
     prefix = _export_gluoncv("resnet50_v1b", tmp_path)
@@ -88,6 +89,7 @@ def test_a_gluoncv_model_becomes_a_checked_validated_float16_onnx_file_in_one_co
     assert np.abs(got - ref).max() > 0  # it did compute in float16
 
 
+@pytest.mark.slow
 def test_onnxruntime_prints_no_warning_per_parameter(resnet18, tmp_path, capfd):
     fp32 = symbolic.load_checkpoint(resnet18, 0)
     exported = symbolic.export_onnx(symbolic.convert(*fp32), SHAPE)
@@ -108,6 +110,7 @@ def test_onnxruntime_prints_no_warning_per_parameter(resnet18, tmp_path, capfd):
 
 
 # ------------------------------------------------------------------ what the file keeps
+@pytest.mark.slow
 def test_layers_kept_float32_by_the_conversion_stay_float32_in_onnx(resnet18, tmp_path):
     fp32 = symbolic.load_checkpoint(resnet18, 0)
     model = symbolic.convert(*fp32, exclude_layers=["resnetv10_conv0_fwd"])
@@ -125,6 +128,7 @@ def test_layers_kept_float32_by_the_conversion_stay_float32_in_onnx(resnet18, tm
     assert check.passes(0.01)
 
 
+@pytest.mark.slow
 def test_no_keep_io_types_gives_float16_input_and_output_and_still_validates(resnet18, tmp_path, capsys):
     out = str(tmp_path / "io16")
     code, stdout, err = _run(["convert", resnet18, "0", "--out", out, "--format", "onnx",
@@ -136,6 +140,7 @@ def test_no_keep_io_types_gives_float16_input_and_output_and_still_validates(res
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
 
 
+@pytest.mark.slow
 def test_dynamic_batch_axis(resnet18):
     exported = symbolic.export_onnx(symbolic.convert(*symbolic.load_checkpoint(resnet18, 0)),
                                     SHAPE)
@@ -146,6 +151,7 @@ def test_dynamic_batch_axis(resnet18):
 
 
 # ------------------------------------------------------------------ exit codes and writes
+@pytest.mark.slow
 def test_validation_failure_exits_1_and_writes_nothing(resnet18, tmp_path, capsys):
     out = str(tmp_path / "strict")
     code, _, err = _run(["convert", resnet18, "0", "--out", out, "--format", "onnx",
@@ -170,6 +176,7 @@ def test_format_onnx_without_an_input_shape_is_a_one_line_usage_error(resnet18, 
     assert os.listdir(str(tmp_path)) == []
 
 
+@pytest.mark.slow
 def test_failure_while_writing_exits_3_and_keeps_the_old_file(resnet18, tmp_path, capsys,
                                                               monkeypatch):
     out = str(tmp_path / "model16")

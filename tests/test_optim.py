@@ -291,6 +291,7 @@ def _train_cast_float16(seed):
     return evaluate(net, test_loader, dtype="float16"), skipped
 
 
+@pytest.mark.slow
 def test_cast_float16_with_master_weights_reaches_float32_accuracy():
     fp32, fp16 = [], []
     with emulation.emulated():

@@ -205,6 +205,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 def test_plain_amp_trainer_under_emulation_still_skips_a_planted_inf_step():
     proc = run_python(SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -76,6 +76,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_amp_scope_exit_gives_back_mxnets_scale_loss_and_scaler_class():
     proc = run_python(AMP_SCOPE_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -100,6 +101,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_after_a_process_wide_init_the_amp_patches_stay_and_disable_leaves_them():
     proc = run_python(INIT_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -125,6 +127,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_disable_takes_the_emulation_from_beneath_amps_later_wrapper():
     proc = run_python(WRAPPED_SINCE_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -195,6 +198,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_disable_inside_amp_scope_leaves_mxnets_functions_after_the_scope():
     proc = run_python(HAZARD_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]

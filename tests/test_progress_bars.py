@@ -58,6 +58,7 @@ def _convert(checkpoint, tmp_path, **env):
                  PYTHONPATH=ROOT, **env))
 
 
+@pytest.mark.slow
 def test_convert_into_a_log_has_no_carriage_returns_unless_asked(tmp_path):
     net = digits_cnn(seed=1, prefix="digits_")
     net.hybridize()

@@ -84,6 +84,7 @@ def _run(language, code, cwd):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_quickstart_code_prints_what_the_page_shows(tmp_path):
     for language, code, expected in steps():
         proc = _run(language, code, tmp_path)

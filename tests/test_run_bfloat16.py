@@ -46,6 +46,7 @@ def _run(tmp_path, image_folder, runner_args=(), script_args=()):
         json.loads(metrics.read_text()) if metrics.exists() else None)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
 def test_amp_bfloat16_trains_an_unmodified_float32_script_and_times_its_steps(tmp_path,
                                                                               image_folder):
@@ -61,6 +62,7 @@ def test_amp_bfloat16_trains_an_unmodified_float32_script_and_times_its_steps(tm
     assert "bfloat16 AMP" in lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
 def test_a_script_calling_amp_init_itself_is_told_in_one_line(tmp_path, image_folder):
     proc, report, _ = _run(tmp_path, image_folder, ["--amp", "bfloat16"], ["--amp"])

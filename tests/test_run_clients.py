@@ -69,6 +69,7 @@ def _check_report(report, amp):
     return summary
 
 
+@pytest.mark.slow
 def test_ssd_amp_trains_and_validates(tmp_path, voc):
     report, metrics = _run_client(tmp_path, "train_ssd.py", [
         "--dataset-root", voc, "--data-shape", "64", "--batch-size", "2", "-j", "0",
@@ -79,6 +80,7 @@ def test_ssd_amp_trains_and_validates(tmp_path, voc):
     assert len(metrics["map"]) == 1 and 0.0 <= metrics["map"][0] <= 1.0
 
 
+@pytest.mark.slow
 def test_yolo3_amp_trains_and_validates(tmp_path, voc):
     report, metrics = _run_client(tmp_path, "train_yolo3.py", [
         "--dataset-root", voc, "--data-shape", "64", "--batch-size", "2", "-j", "0",
@@ -89,6 +91,7 @@ def test_yolo3_amp_trains_and_validates(tmp_path, voc):
     assert len(metrics["map"]) == 1 and 0.0 <= metrics["map"][0] <= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, mode", [("resnet18_v1", ["--dtype", "float16"]),
                                          ("mobilenet0.25", ["--amp"])], ids=["cast", "amp"])
 def test_classification_float16_trains_and_validates(tmp_path, image_folder, model, mode):
@@ -102,6 +105,7 @@ def test_classification_float16_trains_and_validates(tmp_path, image_folder, mod
     assert len(metrics["val_top1"]) == 1 and 0.0 <= metrics["val_top1"][0] <= 1.0
 
 
+@pytest.mark.slow
 def test_module_api_float16_report_shows_its_steps(tmp_path):
     report, metrics = _run_client(tmp_path, "train_cifar_module.py",
                                   ["--dtype", "float16", "--num-epochs", "2"])
@@ -113,6 +117,7 @@ def test_module_api_float16_report_shows_its_steps(tmp_path):
     assert report["summary"]["first_nonfinite"] is None
 
 
+@pytest.mark.slow
 def test_module_api_report_finds_the_first_nonfinite_gradient(tmp_path):
     report, _ = _run_client(tmp_path, "train_cifar_module.py",
                             ["--dtype", "float16", "--num-epochs", "1", "--lr", "1e4"])

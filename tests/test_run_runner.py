@@ -84,6 +84,7 @@ def test_a_folder_as_script_exits_2_saying_so(tmp_path, capsys):
     assert "is a folder, not a Python file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_command_line_exit_code_and_argv(tmp_path):
     script = _script(tmp_path, "import sys\nprint(sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n")
     proc = _run([script, "--report", "7"])  # the script's own --report, not the runner's
@@ -100,6 +101,7 @@ def test_parser_keeps_script_arguments_for_the_script():
 
 
 # ----------------------------------------------------------------------------- tracebacks
+@pytest.mark.slow
 def test_traceback_is_the_scripts_own(tmp_path):
     script = _script(tmp_path, """
         def load():
@@ -188,6 +190,7 @@ AMP_SCRIPT = """
 """
 
 
+@pytest.mark.slow
 def test_report_tells_the_float16_story_of_a_plain_amp_script(tmp_path):
     script = _script(tmp_path, AMP_SCRIPT)
     report = tmp_path / "report.json"
@@ -209,6 +212,7 @@ def test_report_tells_the_float16_story_of_a_plain_amp_script(tmp_path):
     assert all(s["iteration_s"] > 0 for s in steps[1:]) and summary["median_iteration_s"] > 0
 
 
+@pytest.mark.slow
 def test_report_without_loss_scaler_finds_the_first_nonfinite_gradient(tmp_path):
     script = _script(tmp_path, AMP_SCRIPT)
     report = tmp_path / "report.json"
@@ -220,6 +224,7 @@ def test_report_without_loss_scaler_finds_the_first_nonfinite_gradient(tmp_path)
     assert summary["first_nonfinite"]["tensor"] == "gradient of dense1_weight"
 
 
+@pytest.mark.slow
 def test_no_emulation_is_the_plain_mxnet_baseline(tmp_path):
     script = _script(tmp_path, AMP_SCRIPT)
     report = tmp_path / "report.json"
@@ -242,6 +247,7 @@ def test_relative_report_path_survives_a_chdir_in_the_script(tmp_path, monkeypat
     assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body, error", [
     ('raise ValueError("bad thing\\nsecond line")\n', "ValueError: bad thing"),
     ("x = (1,\n", "SyntaxError: '(' was never closed (broken.py, line 1)"),

@@ -51,6 +51,7 @@ def ssd(tmp_path_factory):
     return sym, args, auxs, X
 
 
+@pytest.mark.slow
 def test_ssd_converts_with_defaults_keeping_detection_ops_float32(ssd):
     sym, args, auxs, X = ssd
     model = symbolic.convert(sym, args, auxs)

@@ -27,6 +27,7 @@ def test_docstrings_are_deterministic_and_order_free():
     assert len(first) > 5000
 
 
+@pytest.mark.slow
 def test_default_corpus_is_the_same_in_a_fresh_interpreter():
     # another process, another hash seed, other modules imported first
     code = ("import mxmixed.tutorial.text as t; print(t.corpus_fingerprint(t.stdlib_docstrings()), "

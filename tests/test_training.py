@@ -45,6 +45,7 @@ def _train(amp, seed=0, epochs=1, scaler="dynamic", clip=None):
                 "dtypes": dtypes}
 
 
+@pytest.mark.slow
 def test_float32_amp_float32_in_one_process_gives_identical_float32_runs():
     first = _train(amp=False)
     mixed = _train(amp=True)
@@ -56,6 +57,7 @@ def test_float32_amp_float32_in_one_process_gives_identical_float32_runs():
     assert not mxmixed.amp_initialized() and not mxmixed.emulation_active()
 
 
+@pytest.mark.slow
 def test_amp_dynamic_scaler_accuracy_within_one_point_of_float32_over_3_seeds():
     f32 = [_train(amp=False, seed=s, epochs=6)["accuracy"] for s in SEEDS]
     runs = [_train(amp=True, seed=s, epochs=6) for s in SEEDS]
@@ -112,6 +114,7 @@ def test_init_refuses_unknown_dtype():
         mxmixed.init(target_dtype="int8")
 
 
+@pytest.mark.slow
 def test_init_warns_about_early_hybridized_block_and_refuses_other_settings_later():
     proc = run_python(
         "import warnings, mxnet as mx, mxmixed\n"

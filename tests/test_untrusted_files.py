@@ -166,6 +166,7 @@ def test_optimizer_attributes_the_optimizer_lacks_are_refused(good, tmp_path):
     assert type(trainer._optimizer) is mx.optimizer.SGD
 
 
+@pytest.mark.slow
 def test_a_zip_bomb_is_refused_before_anything_is_inflated(good, tmp_path):
     _, members = good
     path = tmp_path / "bomb.mxc"
@@ -331,6 +332,7 @@ def _error_line(proc):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_convert_refuses_a_deeply_nested_symbol_file_with_exit_2(tmp_path):
     prefix = _pair(tmp_path)
     (tmp_path / "m-symbol.json").write_text('{"nodes": ' + "[" * 100000 + "]" * 100000
@@ -342,6 +344,7 @@ def test_convert_refuses_a_deeply_nested_symbol_file_with_exit_2(tmp_path):
         symbolic.load_checkpoint(prefix, 0)
 
 
+@pytest.mark.slow
 def test_convert_refuses_an_input_shape_of_1e12_with_exit_2(tmp_path):
     prefix = _pair(tmp_path)
     proc = _convert(prefix, "0", "--out", str(tmp_path / "o16"), "--validate", "2",
@@ -356,6 +359,7 @@ def test_convert_refuses_an_input_shape_of_1e12_with_exit_2(tmp_path):
     assert not os.path.exists(tmp_path / "o16-symbol.json")
 
 
+@pytest.mark.slow
 def test_convert_refuses_params_with_a_huge_declared_shape(tmp_path):
     prefix = _pair(tmp_path)
     params = tmp_path / "m-0000.params"
@@ -365,6 +369,7 @@ def test_convert_refuses_params_with_a_huge_declared_shape(tmp_path):
     assert "declares the shape (1000000, 1000000)" in _error_line(proc)
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_declared_shape_attribute_is_not_parsed_recursively(tmp_path):
     prefix = _pair(tmp_path)
     path = tmp_path / "m-symbol.json"

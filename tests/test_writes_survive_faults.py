@@ -153,6 +153,7 @@ def _python(code, *args, timeout=120):
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rename", [1, 2])
 def test_sigterm_just_after_a_rename_of_convert_leaves_one_whole_pair(tmp_path, rename):
     prefix = str(tmp_path / "m")
@@ -168,6 +169,7 @@ def test_sigterm_just_after_a_rename_of_convert_leaves_one_whole_pair(tmp_path, 
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
 
 
+@pytest.mark.slow
 def test_sigterm_just_after_the_rename_of_a_checkpoint_keeps_the_new_one(tmp_path):
     path = tmp_path / "c.mxc"
     checkpoint.save(path, _net(1.0))
@@ -186,6 +188,7 @@ def test_sigterm_just_after_the_rename_of_a_checkpoint_keeps_the_new_one(tmp_pat
     assert _listing(tmp_path) == ["c.mxc"]
 
 
+@pytest.mark.slow
 def test_sigterm_just_after_the_rename_of_the_final_report_keeps_it_whole(tmp_path):
     report = tmp_path / "r.json"
     report.write_text('{"an earlier run": true}')
@@ -223,6 +226,7 @@ symbolic.save_checkpoint(prefix, 0, sym, params, {})
 """
 
 
+@pytest.mark.slow
 def test_two_writers_to_one_prefix_end_with_one_whole_pair(tmp_path):
     # the first writer renames its symbol file, then waits 1 s; the second starts 0.3 s later
     # and renames both of its files at once. Unserialized, the pair ends up mixed (the
@@ -315,6 +319,7 @@ def _start_run(tmp_path, report):
     return proc
 
 
+@pytest.mark.slow
 def test_run_on_sigterm_writes_a_partial_report_and_exits_143(tmp_path):
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"status": "finished", "exit_code": 0}))  # an earlier run
@@ -328,6 +333,7 @@ def test_run_on_sigterm_writes_a_partial_report_and_exits_143(tmp_path):
     assert data["pid"] == proc.pid and len(data["run_id"]) == 16
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_a_report_marked_running_not_the_earlier_one(tmp_path):
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"status": "finished", "exit_code": 0}))
