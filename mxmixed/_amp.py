@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import warnings
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -85,8 +86,10 @@ def amp_target():
     return None
 
 
-def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-         fp32_ops=None, emulate="auto"):
+def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[str]] = None,
+         conditional_fp32_ops: Optional[Sequence[tuple]] = None,
+         fp32_ops: Optional[Sequence[str]] = None,
+         emulate: Union[str, bool] = "auto") -> None:
     """Initialize AMP for the whole process, with CPU float16 emulation where needed.
 
     A thin wrapper of ``mxnet.contrib.amp.init`` that also switches on the emulation (when no
@@ -183,8 +186,11 @@ def _patched_modules():
 
 
 @contextlib.contextmanager
-def amp_scope(enabled=True, target_dtype="float16", target_precision_ops=None,
-              conditional_fp32_ops=None, fp32_ops=None, emulate="auto"):
+def amp_scope(enabled: bool = True, target_dtype: str = "float16",
+              target_precision_ops: Optional[Sequence[str]] = None,
+              conditional_fp32_ops: Optional[Sequence[tuple]] = None,
+              fp32_ops: Optional[Sequence[str]] = None,
+              emulate: Union[str, bool] = "auto") -> Iterator[bool]:
     """Apply AMP inside a ``with`` block and restore MXNet's functions on exit.
 
     With ``enabled=False`` the same code runs in plain float32. A float32 run and an AMP run

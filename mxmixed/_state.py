@@ -7,6 +7,8 @@ Every layer asks here; nothing above this module keeps its own copy of these fac
    that cannot be reset. :func:`amp_initialized` reads that flag, so it is true also after a
    direct ``amp.init()``; :data:`AMP` records what mxmixed itself asked for.
 """
+from typing import Tuple
+
 import mxnet as mx
 
 from ._patches import Patches
@@ -84,7 +86,7 @@ def amp_initialized() -> bool:
     return bool(amp.amp._amp_initialized)
 
 
-def emulation_active():
+def emulation_active() -> bool:
     """Whether the CPU float16 emulation is on.
 
     Returns
@@ -138,7 +140,7 @@ def bfloat16_native():
     return None
 
 
-def bfloat16_support():
+def bfloat16_support() -> Tuple[bool, str]:
     """Whether MXNet's bfloat16 AMP can run here, and why not.
 
     MXNet 1.9.1 runs bfloat16 ops through oneDNN on the CPU. They need a build with oneDNN

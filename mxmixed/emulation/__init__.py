@@ -55,6 +55,7 @@ the same code uses the real float16 kernels on a GPU.
 """
 import contextlib
 import logging
+from typing import Iterator
 
 from .._state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
@@ -81,7 +82,7 @@ def _apply(patches):
     install_gpu_semantics(patches)
 
 
-def enable(mode="on"):
+def enable(mode: str = "on") -> bool:
     """Switch CPU float16 emulation on.
 
     Parameters
@@ -115,7 +116,7 @@ def enable(mode="on"):
     return True
 
 
-def disable():
+def disable() -> None:
     """Switch CPU float16 emulation off and undo every patch it made of MXNet.
 
     Each patched attribute is the object it was before :func:`enable` again: the ``mx.nd``
@@ -130,7 +131,7 @@ def disable():
 
 
 @contextlib.contextmanager
-def emulated(mode="on"):
+def emulated(mode: str = "on") -> Iterator[bool]:
     """Context manager form of :func:`enable`; restores the previous state on exit.
 
     Parameters
@@ -152,7 +153,7 @@ def emulated(mode="on"):
         EMULATION.mode, EMULATION.reason = was_mode, was_reason
 
 
-def describe():
+def describe() -> str:
     """One line for ``mxmixed info``: whether emulation is active, and why.
 
     Returns

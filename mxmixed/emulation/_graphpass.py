@@ -15,7 +15,9 @@ The pass works on the JSON form of a Symbol, so it applies equally to a graph bu
 process, one loaded from ``prefix-symbol.json`` and the graph of a hybridized Gluon block.
 """
 import ast
+from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
+import mxnet as mx
 import numpy as np
 
 from .._graph import (GraphTypeError, Rebuild, cast_node, entry_dtypes, graph_json,
@@ -91,7 +93,8 @@ def bias_shape(op, attrs):
     return (-1,) + (1,) * rank
 
 
-def emulate_symbol(sym, type_dict=None, exclude=(), carry=True):
+def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] = None,
+                   exclude: Iterable[str] = (), carry: bool = True) -> "mx.sym.Symbol":
     """Rewrite a Symbol so that its float16 GEMM-like ops run on CPU in emulation.
 
     Parameters
@@ -260,7 +263,7 @@ def _rebuild(graph, rewrite, multicast):
     return new.graph()
 
 
-def count_emulated(sym):
+def count_emulated(sym: "mx.sym.Symbol") -> Dict[str, int]:
     """Count the ``amp_cast`` nodes the pass inserted around emulated ops.
 
     Parameters
@@ -285,7 +288,7 @@ def count_emulated(sym):
     return counts
 
 
-def rewritten_op_types(sym):
+def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     """The op types that :func:`emulate_symbol` rewrote in a graph.
 
     Parameters

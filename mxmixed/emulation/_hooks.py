@@ -4,6 +4,7 @@ Both hand the graph to :func:`mxmixed.emulation.emulate_symbol` once the dtypes 
 are known, on CPU contexts only.
 """
 import copy
+from typing import Any, Sequence, Tuple
 
 import mxnet as mx
 
@@ -34,7 +35,7 @@ class EmulatedCachedOp:
         CachedOp flags, passed through.
     """
 
-    def __init__(self, sym, flags=()):
+    def __init__(self, sym: "mx.sym.Symbol", flags: Sequence[Tuple[str, Any]] = ()) -> None:
         self._sym = sym
         self._flags = list(flags)
         self._names = sym.list_inputs()
