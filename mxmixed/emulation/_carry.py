@@ -16,9 +16,11 @@ value is never materialized; every value, dtype and gradient stays what it was:
   the readers of the widened value, which is round16(g).
 
 A float16 value read by anything else (a native float16 op, a graph output, a second cast)
-keeps its cast pair. Without the rounding op (no compiler), or with
+keeps its cast pair, and so does a value whose shape MXNet learns only from its reader (an
+RNN's begin state): the rounding op's shape inference runs forward only. Without the rounding op (no compiler), or with
 ``MXMIXED_EMULATION_CARRY=0``, the graph is left as it is: the same bits, in two passes.
 """
+import ast
 import os
 
 from .._graph import Rebuild
@@ -87,6 +89,9 @@ def carry_float32(graph, float32_entries):
         if chain and all(tuple(nodes[c]["inputs"][0][:2]) not in wide for c in chain[:-1]):
             trimmed[up] = chain
     pairs = trimmed
+    shaped_late = _shaped_by_readers(nodes)
+    pairs = {up: chain for up, chain in pairs.items()
+             if nodes[chain[-1]]["inputs"][0][0] not in shaped_late}
     if not pairs or round16_op() is None:
         return graph
     dropped = {c for chain in pairs.values() for c in chain}
@@ -101,3 +106,31 @@ def carry_float32(graph, float32_entries):
                     "inputs": [list(down["inputs"][0])]}
         new.place(i, new.add(new.mapped(node)))
     return new.graph()
+
+
+def _shaped_by_readers(nodes):
+    """Nodes whose output shape MXNet learns only from the ops that read it.
+
+    An op that creates a tensor with an unknown dimension (the begin state of a Gluon RNN is
+    ``zeros(shape=(layers, 0, hidden))``, its batch size taken from the RNN op), and every op
+    computed from one. The rounding op is an extension op, whose shape inference only runs
+    forward (input to output): such a value keeps its cast pair.
+    """
+    late = set()
+    for i, node in enumerate(nodes):
+        if node["op"] == "null":
+            continue
+        if any(src in late for src, _, _ in node["inputs"]):
+            late.add(i)
+        elif not node["inputs"] and _unknown_dim(node.get("attrs", {}).get("shape")):
+            late.add(i)
+    return late
+
+
+def _unknown_dim(shape):
+    try:
+        dims = ast.literal_eval(shape) if shape else ()
+    except (ValueError, SyntaxError):
+        return True  # a shape we cannot read: do not rely on it
+    dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+    return any(isinstance(d, int) and d <= 0 for d in dims)
