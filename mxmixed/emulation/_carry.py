@@ -17,8 +17,9 @@ value is never materialized; every value, dtype and gradient stays what it was:
 
 A float16 value read by anything else (a native float16 op, a graph output, a second cast)
 keeps its cast pair, and so does a value whose shape MXNet learns only from its reader (an
-RNN's begin state): the rounding op's shape inference runs forward only. Without the rounding op (no compiler), or with
-``MXMIXED_EMULATION_CARRY=0``, the graph is left as it is: the same bits, in two passes.
+RNN's begin state): the rounding op's shape inference runs forward only. Without the
+rounding op (no compiler), or with ``MXMIXED_EMULATION_CARRY=0``, the graph is left as it is:
+the same bits, in two passes.
 """
 import ast
 import os
