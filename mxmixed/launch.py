@@ -12,7 +12,8 @@ One more adaptation, for ``--launcher local`` only: every process of a local job
 machine, so the tracker (the ps-lite scheduler) listens on ``127.0.0.1`` and each server and
 worker announces ``127.0.0.1`` (``DMLC_NODE_HOST``), instead of the first non-loopback
 interface that ``dmlc_tracker`` and ps-lite would pick. Set ``DMLC_NODE_HOST`` yourself to
-override it. Other launchers are untouched.
+override it. The scheduler's port is one the system hands out as free, not the first free one
+from 9091, which two jobs started together would both take. Other launchers are untouched.
 
 .. note::
    MXNet's local launcher blocks forever when a worker dies: the tracker raises in a background
@@ -22,6 +23,7 @@ override it. Other launchers are untouched.
 """
 import os
 import runpy
+import socket
 import sys
 import threading
 
@@ -53,6 +55,21 @@ def _loopback_for_local_jobs():
 
     host = os.environ.setdefault("DMLC_NODE_HOST", LOOPBACK)
     tracker.get_host_ip = lambda host_ip=None: host
+    scheduler = tracker.PSTracker
+
+    def scheduler_on_a_free_port(hostIP, cmd, port=None, port_end=None, envs=None):
+        start = _free_port()
+        return scheduler(hostIP, cmd, port=start, port_end=start + 1, envs=envs)
+
+    tracker.PSTracker = scheduler_on_a_free_port
+
+
+def _free_port():
+    """A port the system has just handed out as free (dmlc_tracker's own search starts at 9091
+    for every job, so two local jobs started together shared one scheduler port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
 
 
 def main(argv=None):

@@ -220,6 +220,28 @@ def test_run_local_names_a_worker_that_fails_by_itself():
     assert info.value.dead == {"role": "worker", "task_id": 0, "returncode": 3}
 
 
+@pytest.mark.slow
+def test_two_local_jobs_started_together_both_finish():
+    """dmlc_tracker gives every job the first free port from 9091: two jobs started together
+    took the same one, and each job's workers met the other's scheduler (both failed)."""
+    outcomes = {}
+
+    def job(i):
+        try:
+            run_local([sys.executable, EXAMPLE, "--steps", "5", "--batch-size", "16"],
+                      timeout=120, env=_env(), cwd=ROOT)
+            outcomes[i] = "finished"
+        except DistributedRunError as err:
+            outcomes[i] = str(err).splitlines()[0]
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == {0: "finished", 1: "finished"}
+
+
 # ----------------------------------------------------------------------------- no launch
 @pytest.mark.slow
 def test_launch_entry_point_aliases_isAlive_and_keeps_mxnets_launcher():
