@@ -94,6 +94,53 @@ def test_nan_stays_nan(op):
     assert np.isnan(mx.nd.CachedOp(round16_symbol(op))(x).asnumpy()).all()
 
 
+ROUND_IN_FRESH_INTERPRETER = r"""
+import sys
+import numpy as np
+import mxnet as mx
+from mxnet import autograd
+from mxmixed.emulation import _round16
+_round16.load(sys.argv[1])
+values = np.load(sys.argv[2])
+nodes = [{"op": "null", "name": "x", "inputs": []},
+         {"op": "_mxmixed_round16", "name": "r", "inputs": [[0, 0, 0]]}]
+sym = mx.sym.load_json('{"nodes": %s, "arg_nodes": [0], "heads": [[1, 0, 0]]}'
+                       % str(nodes).replace("'", '"'))
+x = mx.nd.array(values)
+x.attach_grad()
+with autograd.record():
+    out = mx.nd.CachedOp(sym)(x)
+out.backward(mx.nd.array(values[::-1].copy()))
+np.save(sys.argv[3], np.stack([out.asnumpy(), x.grad.asnumpy()]))
+"""
+
+
+@pytest.mark.slow
+def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
+    """Without F16C (an old x86 CPU, or another architecture), the op is the scalar software
+    conversion; built here with F16C switched off, it must round exactly as the vector path."""
+    import shutil
+    import subprocess
+    import sys
+    cxx = shutil.which(os.environ.get("CXX") or "g++")
+    wrapper = tmp_path / "cxx-without-f16c"
+    wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c\n' % cxx)
+    wrapper.chmod(0o755)
+    library = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper))
+    disassembly = subprocess.run(["objdump", "-d", library], capture_output=True, text=True)
+    if disassembly.returncode == 0:
+        assert "vcvtps2ph" not in disassembly.stdout  # the scalar path, really
+    values = crafted_values()
+    np.save(str(tmp_path / "in.npy"), values)
+    subprocess.run([sys.executable, "-c", ROUND_IN_FRESH_INTERPRETER, library,
+                    str(tmp_path / "in.npy"), str(tmp_path / "out.npy")], check=True)
+    out, grad = np.load(str(tmp_path / "out.npy"))
+    assert np.array_equal(out.view(np.uint32),
+                          values.astype(F16).astype(np.float32).view(np.uint32))
+    assert np.array_equal(grad.view(np.uint32),
+                          values[::-1].astype(F16).astype(np.float32).view(np.uint32))
+
+
 def chain():
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, name="c1")
