@@ -211,6 +211,68 @@ def test_carried_graph_gives_the_cast_pairs_bits(op, monkeypatch):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
+def fan_graph(same_routes):
+    """A float16 relu output read by two emulated ops through AMP-style float16 copies: two
+    convolutions through the same casts (MXNet merges them into one widening), or a
+    convolution through a copy and an add directly (two widenings)."""
+    data = mx.sym.var("data")
+    act = mx.sym.Activation(data, act_type="relu", name="a")
+    conv = mx.sym.Convolution(mx.sym.amp_cast(act, dtype="float16", name="copy"), kernel=(3, 3),
+                              pad=(1, 1), num_filter=4, no_bias=True, name="c")
+    if same_routes:
+        other = mx.sym.Convolution(mx.sym.amp_cast(act, dtype="float16", name="copy2"),
+                                   kernel=(1, 1), num_filter=4, no_bias=True, name="c2")
+    else:
+        other = act
+    return mx.sym.elemwise_add(other, conv, name="add")
+
+
+FAN_TYPES = {"data": F16, "c_weight": F16, "c2_weight": F16}
+
+
+def run_fan(sym):
+    types = {k: v for k, v in FAN_TYPES.items() if k in sym.list_inputs()}
+    rng = np.random.RandomState(3)
+    exe = emulation.emulate_symbol(sym, types).simple_bind(
+        mx.cpu(), data=(2, 4, 8, 8), type_dict=types)
+    for name, array in exe.arg_dict.items():
+        array[:] = (rng.standard_normal(array.shape) * 3).astype(F16)
+    out = exe.forward(is_train=True)[0].asnumpy()
+    exe.backward([mx.nd.array(rng.standard_normal(out.shape) * 1000, dtype=F16)])
+    return [out] + [exe.grad_dict[name].asnumpy() for name in sorted(types)]
+
+
+@pytest.mark.parametrize("same_routes", [True, False], ids=["merged", "two_widenings"])
+@pytest.mark.parametrize("elimination", ["1", "0"], ids=["cse_on", "cse_off"])
+def test_a_value_read_twice_keeps_the_cast_pairs_bits(op, monkeypatch, same_routes,
+                                                      elimination):
+    """MXNet's common-expression elimination merges identical widenings, so the gradient is
+    summed in float32 and rounded once; two different widenings sum two float16 gradients.
+    The carry must give either's bits, with the elimination on (MXNet's default) or off."""
+    monkeypatch.setenv("MXNET_ELIMINATE_COMMON_EXPR", elimination)
+    sym = fan_graph(same_routes)
+    carried = run_fan(sym)
+    types = {k: v for k, v in FAN_TYPES.items() if k in sym.list_inputs()}
+    nodes = json.loads(emulation.emulate_symbol(sym, types).tojson(
+        remove_amp_cast=False))["nodes"]
+
+    def readers(i):
+        return [nodes[j] for j, n in enumerate(nodes) if any(e[0] == i for e in n["inputs"])]
+
+    act = [i for i, n in enumerate(nodes) if n["op"] == "Activation"]
+    assert [n["op"] for n in readers(act[0])] == [op]  # the rounding, no cast
+    rounding = nodes.index(readers(act[0])[0])
+    merged = same_routes and elimination == "1"
+    # merged: both ops read the one rounding; else each reads a rounding of its own
+    assert sorted(n["op"] for n in readers(rounding)) == (
+        ["Convolution"] * 2 if merged else [op, op])
+    monkeypatch.setenv("MXMIXED_EMULATION_CARRY", "0")
+    pairs = run_fan(sym)
+    for a, b in zip(carried, pairs):
+        assert a.dtype == b.dtype == F16
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
 def lstm_block():
     from mxnet.gluon import nn, rnn
     model = nn.HybridSequential()

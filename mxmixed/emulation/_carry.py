@@ -15,9 +15,12 @@ value is never materialized; every value, dtype and gradient stays what it was:
 - backward: the pair's gradient is widen(round(g)), with g the float32 gradient summed over
   the readers of the widened value, which is round16(g).
 
-A float16 value read by anything else (a native float16 op, a graph output, a second cast)
-keeps its cast pair, and so does a value whose shape MXNet learns only from its reader (an
-RNN's begin state): the rounding op's shape inference runs forward only. Without the
+A float16 value read by several widenings (a ResNet block's output, read by a convolution
+and the skip connection's add) is carried too, in the layout that makes MXNet sum its
+gradient as it did on the casts (:func:`_fan_outs`). A float16 value read by anything else (a
+native float16 op, a graph output) keeps its cast pair, and so does a value whose shape MXNet
+learns only from its reader (an RNN's begin state): the rounding op's shape inference runs
+forward only. Without the
 rounding op (no compiler), or with ``MXMIXED_EMULATION_CARRY=0``, the graph is left as it is:
 the same bits, in two passes.
 """
@@ -64,6 +67,64 @@ def carry_float32(graph, float32_entries):
         for src, out, _ in node["inputs"]:
             readers.setdefault((src, out), []).append(i)
     heads = {(src, out) for src, out, _ in graph["heads"]}
+    pairs = _single_reader_chains(nodes, readers, heads)
+    fans = _fan_outs(nodes, readers, heads)
+    if not pairs and not fans:
+        return graph
+    # the chain's first cast rounds a float32 value; AMP's casts of float16 values to float16
+    # after it are copies (forward and backward)
+    sources = {tuple(nodes[c]["inputs"][0][:2]) for chain in pairs.values() for c in chain}
+    sources |= {tuple(nodes[c]["inputs"][0][:2]) for c in fans}
+    wide = float32_entries(graph, sources)
+    trimmed = {}
+    for up, chain in pairs.items():
+        while chain and tuple(nodes[chain[-1]]["inputs"][0][:2]) not in wide:
+            chain = chain[:-1]
+        if chain and all(tuple(nodes[c]["inputs"][0][:2]) not in wide for c in chain[:-1]):
+            trimmed[up] = chain
+    shaped_late = _shaped_by_readers(nodes)
+    pairs = {up: chain for up, chain in trimmed.items()
+             if nodes[chain[-1]]["inputs"][0][0] not in shaped_late}
+    fans = {c: routes for c, routes in fans.items() if tuple(nodes[c]["inputs"][0][:2]) in wide
+            and nodes[c]["inputs"][0][0] not in shaped_late}
+    if not (pairs or fans) or round16_op() is None:
+        return graph
+    return _rebuilt(graph, pairs, fans)
+
+
+def _rebuilt(graph, pairs, fans):
+    """The graph with each chain and each fan-out replaced by rounding ops."""
+    nodes = graph["nodes"]
+    dropped = {c for chain in pairs.values() for c in chain}
+    dropped |= {c for routes in fans.values() for route in routes for c in route[:-1]}
+    widening = {route[-1]: c for c, routes in fans.items() for route in routes}
+    merged = {c for c, routes in fans.items() if _merged_by_mxnet(nodes, routes)}
+    new = Rebuild(graph)
+    for i, node in enumerate(nodes):
+        if i in dropped:
+            continue
+        if i in pairs:
+            down = nodes[pairs[i][-1]]
+            name = node["name"] if "_emu_in" in node["name"] else down["name"]
+            node = _round16_node(name, down["name"], down["inputs"][0])
+        elif i in fans:
+            node = _round16_node(node["name"], node["name"], node["inputs"][0])
+        elif widening.get(i) in merged:  # the widenings are one, and so is the rounding
+            new.place(i, new.entry([widening[i], 0, 0])[0])
+            continue
+        elif i in widening:
+            node = _round16_node(node["name"], node["name"], [widening[i], 0, 0])
+        new.place(i, new.add(new.mapped(node)))
+    return new.graph()
+
+
+def _round16_node(name, fused, entry):
+    return {"op": round16_op(), "name": name, "attrs": {"fused": fused}, "inputs": [list(entry)]}
+
+
+def _single_reader_chains(nodes, readers, heads):
+    """``{widening cast: [the float16 casts down to a rounding]}``, each cast the only reader
+    of the one before."""
     pairs = {}
     for up, node in enumerate(nodes):
         if not (_cast_to(node, "float32") and "_emu_" in node["name"]):
@@ -77,36 +138,54 @@ def carry_float32(graph, float32_entries):
             down, out = nodes[down]["inputs"][0][:2]
         if chain:
             pairs[up] = chain
-    if not pairs:
-        return graph
-    # the chain's first cast rounds a float32 value; AMP's casts of float16 values to float16
-    # after it are copies (forward and backward)
-    sources = {tuple(nodes[c]["inputs"][0][:2]) for chain in pairs.values() for c in chain}
-    wide = float32_entries(graph, sources)
-    trimmed = {}
-    for up, chain in pairs.items():
-        while chain and tuple(nodes[chain[-1]]["inputs"][0][:2]) not in wide:
-            chain = chain[:-1]
-        if chain and all(tuple(nodes[c]["inputs"][0][:2]) not in wide for c in chain[:-1]):
-            trimmed[up] = chain
-    pairs = trimmed
-    shaped_late = _shaped_by_readers(nodes)
-    pairs = {up: chain for up, chain in pairs.items()
-             if nodes[chain[-1]]["inputs"][0][0] not in shaped_late}
-    if not pairs or round16_op() is None:
-        return graph
-    dropped = {c for chain in pairs.values() for c in chain}
-    new = Rebuild(graph)
+    return pairs
+
+
+def _fan_outs(nodes, readers, heads):
+    """Roundings to float16 read by several of the emulation's widening casts.
+
+    Such a value (a ResNet block's output, read by the next convolution and the skip
+    connection's add) is carried in one of two ways, chosen to keep the bits it had with its
+    casts:
+
+    - When MXNet's common-expression elimination merges the routes to the widenings into one
+      widening (:func:`_merged_by_mxnet`), the value's gradient is summed in float32 and
+      rounded once: one rounding op, read by every reader, does the same.
+    - Otherwise, with two readers, the gradient is the float16 sum of the readers' float16
+      gradients. The rounding becomes a rounding op, and each widening another one, which
+      leaves the rounded value alone going forward and rounds its reader's gradient going
+      back. MXNet sums the two float16 values in float32, which rounds to their correctly
+      rounded float16 sum (24 >= 2 * 11 + 2 bits): the bits of MXNet's float16 ``add_n``,
+      without its slow float16 kernel. With three readers or more MXNet rounds after each
+      addition, so those keep their casts.
+
+    Returns
+    -------
+    dict
+        ``{rounding cast: [route to each widening cast]}``, a route being the list of AMP's
+        float16 copies on the way (each the only reader of the one before), then the widening.
+    """
+    fans = {}
     for i, node in enumerate(nodes):
-        if i in dropped:
+        ups = readers.get((i, 0), [])
+        if not (_cast_to(node, "float16") and (i, 0) not in heads and len(ups) >= 2
+                and len(set(ups)) == len(ups)):
             continue
-        if i in pairs:
-            down = nodes[pairs[i][-1]]
-            name = node["name"] if "_emu_in" in node["name"] else down["name"]
-            node = {"op": round16_op(), "name": name, "attrs": {"fused": down["name"]},
-                    "inputs": [list(down["inputs"][0])]}
-        new.place(i, new.add(new.mapped(node)))
-    return new.graph()
+        routes = [_copies_to_widening(nodes, readers, heads, up) for up in ups]
+        if all(routes) and (len(routes) == 2 or _merged_by_mxnet(nodes, routes)):
+            fans[i] = routes
+    return fans
+
+
+def _merged_by_mxnet(nodes, routes):
+    """Whether MXNet's common-expression elimination (``MXNET_ELIMINATE_COMMON_EXPR``, on by
+    default in bound executors and CachedOps) merges the routes into one: the same casts with
+    the same attributes, in the same order."""
+    if os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1").lower() in ("0", "false"):
+        return False
+    shapes = {tuple((nodes[c]["op"], tuple(sorted(nodes[c].get("attrs", {}).items())))
+                    for c in route) for route in routes}
+    return len(shapes) == 1
 
 
 def _shaped_by_readers(nodes):
@@ -135,3 +214,17 @@ def _unknown_dim(shape):
         return True  # a shape we cannot read: do not rely on it
     dims = dims if isinstance(dims, (tuple, list)) else (dims,)
     return any(isinstance(d, int) and d <= 0 for d in dims)
+
+
+def _copies_to_widening(nodes, readers, heads, node):
+    """The casts from ``node`` through float16 copies to one of the emulation's widenings."""
+    route = []
+    while _cast_to(nodes[node], "float16") and (node, 0) not in heads:
+        route.append(node)
+        ups = readers.get((node, 0), [])
+        if len(ups) != 1:
+            return None
+        node = ups[0]
+    if _cast_to(nodes[node], "float32") and "_emu_" in nodes[node]["name"]:
+        return route + [node]
+    return None
