@@ -57,7 +57,7 @@ SUITES = [
      "gluoncv zoo: convert, validate (detections by IoU), search evaluations, onnx peer"),
     ("onnx_zoo", "onnx_zoo.py", [], ["--models", "resnet50_v1b"],
      "gluoncv zoo to float16 ONNX: checked, validated in onnxruntime; file size, ORT CPU time"),
-    ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "3"], ["--rounds", "2", "--steps", "2"],
+    ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "10"], ["--rounds", "2", "--steps", "2"],
      "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training, digits accuracy"),

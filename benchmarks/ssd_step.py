@@ -89,6 +89,16 @@ def setup(amp_on, onednn=True, check="emulation", size=128, batch=2):
             else:
                 autograd.backward(sum_loss)
         trainer.step(1)
+    if amp_on and check != "none":
+        # Dynamic loss scaling starts at 2**16 and halves on each overflow; until it settles,
+        # AMP skips the update, which the float32 step always does. Time settled steps only.
+        scaler = trainer._amp_loss_scaler
+        for _ in range(60):
+            step()
+            if scaler._unskipped >= 2:
+                break
+        else:
+            raise RuntimeError("the loss scale did not settle in 60 steps")
     return step
 """
 
