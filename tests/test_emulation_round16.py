@@ -211,23 +211,27 @@ def test_carried_graph_gives_the_cast_pairs_bits(op, monkeypatch):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
-def fan_graph(same_routes):
-    """A float16 relu output read by two emulated ops through AMP-style float16 copies: two
-    convolutions through the same casts (MXNet merges them into one widening), or a
-    convolution through a copy and an add directly (two widenings)."""
+def fan_graph(routes):
+    """A float16 relu output read by emulated ops through AMP-style float16 copies: "same",
+    two convolutions through the same casts (MXNet merges them into one widening); "three",
+    three such convolutions; "different", a convolution through a copy and an add directly
+    (two widenings)."""
     data = mx.sym.var("data")
     act = mx.sym.Activation(data, act_type="relu", name="a")
-    conv = mx.sym.Convolution(mx.sym.amp_cast(act, dtype="float16", name="copy"), kernel=(3, 3),
-                              pad=(1, 1), num_filter=4, no_bias=True, name="c")
-    if same_routes:
-        other = mx.sym.Convolution(mx.sym.amp_cast(act, dtype="float16", name="copy2"),
-                                   kernel=(1, 1), num_filter=4, no_bias=True, name="c2")
-    else:
-        other = act
-    return mx.sym.elemwise_add(other, conv, name="add")
+
+    def conv(name, kernel):
+        return mx.sym.Convolution(mx.sym.amp_cast(act, dtype="float16", name=name + "_copy"),
+                                  kernel=(kernel, kernel), pad=(kernel // 2, kernel // 2),
+                                  num_filter=4, no_bias=True, name=name)
+
+    out = mx.sym.elemwise_add(act if routes == "different" else conv("c2", 1), conv("c", 3),
+                              name="add")
+    if routes == "three":
+        out = mx.sym.elemwise_add(out, conv("c3", 1), name="add2")
+    return out
 
 
-FAN_TYPES = {"data": F16, "c_weight": F16, "c2_weight": F16}
+FAN_TYPES = {"data": F16, "c_weight": F16, "c2_weight": F16, "c3_weight": F16}
 
 
 def run_fan(sym):
@@ -242,15 +246,15 @@ def run_fan(sym):
     return [out] + [exe.grad_dict[name].asnumpy() for name in sorted(types)]
 
 
-@pytest.mark.parametrize("same_routes", [True, False], ids=["merged", "two_widenings"])
+@pytest.mark.parametrize("routes", ["same", "three", "different"])
 @pytest.mark.parametrize("elimination", ["1", "0"], ids=["cse_on", "cse_off"])
-def test_a_value_read_twice_keeps_the_cast_pairs_bits(op, monkeypatch, same_routes,
-                                                      elimination):
+def test_a_value_read_twice_keeps_the_cast_pairs_bits(op, monkeypatch, routes, elimination):
     """MXNet's common-expression elimination merges identical widenings, so the gradient is
-    summed in float32 and rounded once; two different widenings sum two float16 gradients.
-    The carry must give either's bits, with the elimination on (MXNet's default) or off."""
+    summed in float32 and rounded once; two different widenings sum two float16 gradients;
+    three that MXNet does not merge keep their casts. The carry must give the cast pairs'
+    bits in each case, with the elimination on (MXNet's default) or off."""
     monkeypatch.setenv("MXNET_ELIMINATE_COMMON_EXPR", elimination)
-    sym = fan_graph(same_routes)
+    sym = fan_graph(routes)
     carried = run_fan(sym)
     types = {k: v for k, v in FAN_TYPES.items() if k in sym.list_inputs()}
     nodes = json.loads(emulation.emulate_symbol(sym, types).tojson(
@@ -260,12 +264,15 @@ def test_a_value_read_twice_keeps_the_cast_pairs_bits(op, monkeypatch, same_rout
         return [nodes[j] for j, n in enumerate(nodes) if any(e[0] == i for e in n["inputs"])]
 
     act = [i for i, n in enumerate(nodes) if n["op"] == "Activation"]
-    assert [n["op"] for n in readers(act[0])] == [op]  # the rounding, no cast
-    rounding = nodes.index(readers(act[0])[0])
-    merged = same_routes and elimination == "1"
-    # merged: both ops read the one rounding; else each reads a rounding of its own
-    assert sorted(n["op"] for n in readers(rounding)) == (
-        ["Convolution"] * 2 if merged else [op, op])
+    merged = routes != "different" and elimination == "1"
+    if routes == "three" and not merged:
+        assert op not in [n["op"] for n in readers(act[0])]  # three roundings: casts stay
+    else:
+        assert [n["op"] for n in readers(act[0])] == [op]  # the rounding, no cast
+        rounding = nodes.index(readers(act[0])[0])
+        # merged: the ops read the one rounding; else each reads a rounding of its own
+        assert sorted(n["op"] for n in readers(rounding)) == (
+            ["Convolution"] * (3 if routes == "three" else 2) if merged else [op, op])
     monkeypatch.setenv("MXMIXED_EMULATION_CARRY", "0")
     pairs = run_fan(sym)
     for a, b in zip(carried, pairs):
