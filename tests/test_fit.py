@@ -6,9 +6,12 @@ from mxmixed.tutorial import (compare_precisions, digits_cnn, digits_loaders, fo
                               train_precision)
 
 
-def _rows(epochs=3):
+def _rows(epochs=6, seeds=(0, 1, 2)):
+    # One seed and 3 epochs was too few: a single float32 run moves 4 points with the seed,
+    # and on an AVX2 CPU seed 0's float16 run ended 4.7 points below float32 after 3 epochs
+    # (-0.1 points over these three seeds after 6).
     return compare_precisions(lambda s: digits_cnn(seed=s),
-                              lambda s: digits_loaders(64, seed=s), seeds=(0,), epochs=epochs,
+                              lambda s: digits_loaders(64, seed=s), seeds=seeds, epochs=epochs,
                               progress=False)
 
 
@@ -21,8 +24,8 @@ def rows():
 def test_three_precisions_reach_float32_accuracy(rows):
     base = rows["float32"]["mean_accuracy"]
     assert base > 0.9
-    for precision in ("amp", "float16"):
-        assert abs(rows[precision]["mean_accuracy"] - base) <= 0.02, precision
+    for precision in ("amp", "float16"):  # not 2 points below float32; above is chance
+        assert rows[precision]["mean_accuracy"] >= base - 0.02, precision
 
 
 @pytest.mark.slow

@@ -308,7 +308,10 @@ def test_cast_float16_with_master_weights_reaches_float32_accuracy():
     print("float32 %s mean %.4f; cast float16 + master weights %s mean %.4f"
           % (fp32, np.mean(fp32), fp16, np.mean(fp16)))
     assert np.mean(fp32) > 0.9
-    assert abs(np.mean(fp16) - np.mean(fp32)) <= 0.01
+    # Not more than a point below float32. Above it is chance: the seeds alone move one
+    # float32 run by 4 points, and CPUs whose float32 kernels differ (AVX2, AVX-512) move the
+    # means by 1-2 points either way.
+    assert np.mean(fp16) >= np.mean(fp32) - 0.01
 
 
 # ---------------------------------------------------------------- bad input
