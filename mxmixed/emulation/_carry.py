@@ -20,9 +20,8 @@ and the skip connection's add) is carried too, in the layout that makes MXNet su
 gradient as it did on the casts (:func:`_fan_outs`). A float16 value read by anything else (a
 native float16 op, a graph output) keeps its cast pair, and so does a value whose shape MXNet
 learns only from its reader (an RNN's begin state): the rounding op's shape inference runs
-forward only. Without the
-rounding op (no compiler), or with ``MXMIXED_EMULATION_CARRY=0``, the graph is left as it is:
-the same bits, in two passes.
+forward only. Without the rounding op (no compiler), or with ``MXMIXED_EMULATION_CARRY=0``,
+the graph is left as it is: the same bits, in two passes.
 """
 import ast
 import os
