@@ -14,6 +14,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+SETTLE = r'''
+def settle(step, trainer):
+    """Step until AMP's dynamic loss scale has settled: it starts at 2**16 and halves on each
+    overflow, and until then AMP skips the update that a float32 step always does. Setups
+    call it so that only settled steps are timed."""
+    scaler = trainer._amp_loss_scaler
+    for _ in range(60):
+        step()
+        if scaler._unskipped >= 2:
+            return
+    raise RuntimeError("the loss scale did not settle in 60 steps")
+'''
+
+
 class Worker:
     """A child process that builds one training setup and times blocks of steps on request.
 

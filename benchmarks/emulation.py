@@ -15,9 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _workers import compare  # noqa: E402
+from _workers import SETTLE, compare  # noqa: E402
 
-SETUP = r"""
+SETUP = SETTLE + r"""
 def setup(model, amp_on, batch=64):
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -54,15 +54,7 @@ def setup(model, amp_on, batch=64):
             loss.backward()
         trainer.step(batch)
     if amp_on:
-        # Dynamic loss scaling starts at 2**16 and halves on each overflow; until it settles,
-        # AMP skips the update, which the float32 step always does. Time settled steps only.
-        scaler = trainer._amp_loss_scaler
-        for _ in range(60):
-            step()
-            if scaler._unskipped >= 2:
-                break
-        else:
-            raise RuntimeError("the loss scale did not settle in 60 steps")
+        settle(step, trainer)
     return step
 """
 

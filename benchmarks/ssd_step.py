@@ -36,9 +36,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _workers import compare  # noqa: E402
+from _workers import SETTLE, compare  # noqa: E402
 
-SETUP = r"""
+SETUP = SETTLE + r"""
 def setup(amp_on, onednn=True, check="emulation", size=128, batch=2):
     import os
     if not onednn:  # read lazily by MXNet, at the first operator call
@@ -90,15 +90,7 @@ def setup(amp_on, onednn=True, check="emulation", size=128, batch=2):
                 autograd.backward(sum_loss)
         trainer.step(1)
     if amp_on and check != "none":
-        # Dynamic loss scaling starts at 2**16 and halves on each overflow; until it settles,
-        # AMP skips the update, which the float32 step always does. Time settled steps only.
-        scaler = trainer._amp_loss_scaler
-        for _ in range(60):
-            step()
-            if scaler._unskipped >= 2:
-                break
-        else:
-            raise RuntimeError("the loss scale did not settle in 60 steps")
+        settle(step, trainer)
     return step
 """
 
