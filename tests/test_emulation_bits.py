@@ -67,13 +67,7 @@ def test_table_covers_every_zoo_family():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_training_step_is_bit_identical(family, current):
-    want, got = TABLE["families"][family], current[family]
-    assert got["outputs"] == want["outputs"]
-    assert got["loss"] == want["loss"]
-    assert len(got["grads"]) == len(want["grads"])
-    changed = [i for i, (a, b) in enumerate(zip(got["grads"], want["grads"])) if a != b]
-    assert not changed, "gradients %s differ" % changed
-    assert got.get("inference") == want.get("inference")
+    assert_same_bytes(current[family], TABLE["families"][family], family)
 
 
 @pytest.mark.slow
@@ -81,9 +75,14 @@ def test_carry_gives_the_cast_pairs_bytes_on_this_cpu(tmp_path_factory):
     carried = route_digests("round16", tmp_path_factory)
     pairs = route_digests("no_compiler", tmp_path_factory)
     for family in FAMILIES:
-        got, want = carried[family], pairs[family]
-        assert got["outputs"] == want["outputs"], family
-        assert got["loss"] == want["loss"], family
-        changed = [i for i, (a, b) in enumerate(zip(got["grads"], want["grads"])) if a != b]
-        assert len(got["grads"]) == len(want["grads"]) and not changed, (family, changed)
-        assert got.get("inference") == want.get("inference"), family
+        assert_same_bytes(carried[family], pairs[family], family)
+
+
+def assert_same_bytes(got, want, family):
+    """The digests of one family's step agree: outputs, loss, every gradient, inference."""
+    assert got["outputs"] == want["outputs"], family
+    assert got["loss"] == want["loss"], family
+    assert len(got["grads"]) == len(want["grads"]), family
+    changed = [i for i, (a, b) in enumerate(zip(got["grads"], want["grads"])) if a != b]
+    assert not changed, "%s: gradients %s differ" % (family, changed)
+    assert got.get("inference") == want.get("inference"), family

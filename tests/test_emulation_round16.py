@@ -102,10 +102,7 @@ from mxnet import autograd
 from mxmixed.emulation import _round16
 _round16.load(sys.argv[1])
 values = np.load(sys.argv[2])
-nodes = [{"op": "null", "name": "x", "inputs": []},
-         {"op": "_mxmixed_round16", "name": "r", "inputs": [[0, 0, 0]]}]
-sym = mx.sym.load_json('{"nodes": %s, "arg_nodes": [0], "heads": [[1, 0, 0]]}'
-                       % str(nodes).replace("'", '"'))
+sym = mx.sym.load(sys.argv[4])
 x = mx.nd.array(values)
 x.attach_grad()
 with autograd.record():
@@ -132,8 +129,10 @@ def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
         assert "vcvtps2ph" not in disassembly.stdout  # the scalar path, really
     values = crafted_values()
     np.save(str(tmp_path / "in.npy"), values)
+    round16_symbol(op).save(str(tmp_path / "round16-symbol.json"))
     subprocess.run([sys.executable, "-c", ROUND_IN_FRESH_INTERPRETER, library,
-                    str(tmp_path / "in.npy"), str(tmp_path / "out.npy")], check=True)
+                    str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
+                    str(tmp_path / "round16-symbol.json")], check=True)
     out, grad = np.load(str(tmp_path / "out.npy"))
     assert np.array_equal(out.view(np.uint32),
                           values.astype(F16).astype(np.float32).view(np.uint32))
