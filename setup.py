@@ -24,7 +24,7 @@ setup(
     python_requires=">=3.8,<3.12",
     packages=find_packages(include=["mxmixed", "mxmixed.*"]),
     # the emulation's rounding op, compiled on first use (mxmixed/emulation/_round16.py)
-    package_data={"mxmixed.emulation": ["_ext/*.cc"]},
+    package_data={"mxmixed.emulation": ["_ext/*.cc", "_ext/*.h"]},
     install_requires=[
         "numpy>=1.16,<1.24",
         "scikit-learn>=1.0",

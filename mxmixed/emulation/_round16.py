@@ -29,12 +29,17 @@ import tempfile
 
 import mxnet as mx
 
-__all__ = ["OP", "round16_op", "build", "load", "status"]
+__all__ = ["OP", "round16_op", "build", "build_layouts", "load", "keep_layouts",
+           "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext", "round16.cc")
+_EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
+SOURCE = os.path.join(_EXT, "round16.cc")
+LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
+KERNEL = os.path.join(_EXT, "round16_kernel.h")
 _LOG = logging.getLogger("mxmixed.emulation")
-_STATE = {"tried": False, "op": None, "why": "not built yet"}
+_STATE = {"tried": False, "op": None, "why": "not built yet", "layouts": "not tried",
+          "layout_library": None}
 
 
 def _mxnet_dir():
@@ -57,6 +62,42 @@ def _cache_dir():
         os.path.expanduser("~"), ".cache", "mxmixed")
 
 
+def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
+    """Compile ``sources`` into ``target_dir`` unless a build of the same inputs is there.
+
+    The file's name holds a hash of the sources, the ``keyed`` files, ``key_text``, the flags,
+    the compiler and the CPU's flags.
+    """
+    cxx = cxx or os.environ.get("CXX") or "g++"
+    compiler = shutil.which(cxx)
+    if compiler is None:
+        raise RuntimeError("no C++ compiler %r on PATH" % cxx)
+    key = hashlib.sha256()
+    for path in list(sources) + list(keyed):
+        with open(path, "rb") as handle:
+            key.update(handle.read())
+    for text in (compiler, _cpu_flags(), " ".join(flags), key_text):
+        key.update(text.encode())
+    target_dir = target_dir or _cache_dir()
+    path = os.path.join(target_dir, "%s-%s.so" % (prefix, key.hexdigest()[:16]))
+    if os.path.exists(path):
+        return path
+    os.makedirs(target_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target_dir)
+    os.close(fd)
+    try:
+        proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
+                               "-march=native", "-fopenmp"] + list(sources) + flags + ["-o", tmp],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
 def build(target_dir=None, cxx=None):
     """Compile the rounding op into ``target_dir``, unless an identical build is there.
 
@@ -77,41 +118,84 @@ def build(target_dir=None, cxx=None):
     RuntimeError
         When the compiler is missing or the build fails (the compiler's last lines).
     """
-    cxx = cxx or os.environ.get("CXX") or "g++"
-    compiler = shutil.which(cxx)
-    if compiler is None:
-        raise RuntimeError("no C++ compiler %r on PATH" % cxx)
     include = os.path.join(_mxnet_dir(), "include")
     lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
-    key = hashlib.sha256()
-    for path in (SOURCE, os.path.join(include, "mxnet", "lib_api.h"), lib_api):
-        with open(path, "rb") as handle:
-            key.update(handle.read())
-    key.update(compiler.encode() + _cpu_flags().encode())
-    target_dir = target_dir or _cache_dir()
-    path = os.path.join(target_dir, "round16-%s.so" % key.hexdigest()[:16])
-    if os.path.exists(path):
-        return path
-    os.makedirs(target_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target_dir)
-    os.close(fd)
-    try:
-        proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
-                               "-march=native", "-fopenmp", "-I" + include, SOURCE, lib_api, "-o", tmp],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return _compile("round16", [SOURCE, lib_api],
+                    [KERNEL, os.path.join(include, "mxnet", "lib_api.h")],
+                    ["-I" + include], target_dir, cxx)
+
+
+def build_layouts(target_dir=None, cxx=None):
+    """Compile the oneDNN-layout compute (``_ext/round16_onednn.cc``), unless already built.
+
+    It is built against the wheel's C++ headers with the settings the wheel was built with
+    (oneDNN on, CUDA off, the pre-C++11 ``std::string``) and linked to its ``libmxnet.so``;
+    a different ``libmxnet.so`` (size or time) makes a new build.
+
+    Parameters
+    ----------
+    target_dir : str, optional
+        Where the library goes; the cache directory by default.
+    cxx : str, optional
+        The C++ compiler; ``$CXX`` or ``g++`` by default.
+
+    Returns
+    -------
+    str
+        The path of the shared library.
+
+    Raises
+    ------
+    RuntimeError
+        When the compiler is missing or the build fails (the compiler's last lines).
+    """
+    include = os.path.join(_mxnet_dir(), "include")
+    stat = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
+    flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",
+             "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
+             "-DDMLC_USE_CXX11=1", "-I" + include, "-I" + os.path.join(include, "mkldnn"),
+             "-L" + _mxnet_dir(), "-l:libmxnet.so", "-Wl,-rpath," + _mxnet_dir(),
+             "-Wno-deprecated-declarations", "-Wno-attributes"]
+    return _compile("round16-onednn", [LAYOUT_SOURCE], [KERNEL], flags, target_dir, cxx,
+                    key_text="libmxnet.so %d %d" % (stat.st_size, stat.st_mtime_ns))
 
 
 def load(path):
     """Register the library's operators with MXNet, leaving the Python op functions alone."""
     mx.base.check_call(mx.base._LIB.MXLoadLib(ctypes.c_char_p(os.path.abspath(path).encode()),
                                               mx.base.mx_uint(0)))
+
+
+def keep_layouts(path):
+    """Give the loaded op and its backward the oneDNN-layout compute of the library at ``path``.
+
+    Raises
+    ------
+    RuntimeError
+        When MXNet was built without oneDNN, or the library refuses (which step failed).
+    """
+    if not mx.runtime.Features().is_enabled("MKLDNN"):
+        raise RuntimeError("this MXNet has no oneDNN")
+    library = ctypes.CDLL(os.path.abspath(path))
+    for name in (OP, "_backward_" + OP):
+        failed = library.mxmixed_round16_keep_layouts(name.encode())
+        if failed:
+            raise RuntimeError("%s refused %s at step %d (1: unknown calling convention, "
+                               "2: no such op, 3-5: attribute not set)" % (path, name, failed))
+    library.mxmixed_round16_blocked_calls.restype = ctypes.c_int64
+    _STATE["layout_library"] = library
+
+
+def blocked_calls():
+    """How many rounding calls so far rounded a blocked oneDNN array in its own layout.
+
+    Returns
+    -------
+    int or None
+        None when the oneDNN-layout compute is not in use in this process.
+    """
+    library = _STATE["layout_library"]
+    return None if library is None else int(library.mxmixed_round16_blocked_calls())
 
 
 def round16_op():
@@ -122,17 +206,37 @@ def round16_op():
     str or None
     """
     if not _STATE["tried"]:
+        keep = os.environ.get("MXMIXED_EMULATION_KEEP_LAYOUTS", "0") or "0"
+        if keep not in ("0", "1"):
+            raise ValueError("MXMIXED_EMULATION_KEEP_LAYOUTS must be 0 or 1, not %r" % keep)
         _STATE["tried"] = True
         try:
             load(build())
             _STATE["op"], _STATE["why"] = OP, "built and loaded"
         except Exception as err:  # noqa: BLE001 - any failure means the cast-pair fallback
-            lines = str(err).strip().splitlines() or [""]
-            _STATE["why"] = "%s: %s" % (type(err).__name__, lines[-1])
+            _STATE["why"] = _one_line(err)
             _LOG.warning("mxmixed.emulation: the one-pass float16 rounding op is unavailable "
                          "(%s); float16 values between emulated ops are rounded with a cast "
                          "pair instead (the same bits, slower).", _STATE["why"])
+            return None
+        if keep == "0":
+            _STATE["layouts"] = "plain layouts"
+        else:
+            try:
+                keep_layouts(build_layouts())
+                _STATE["layouts"] = "keeps oneDNN layouts"
+            except Exception as err:  # noqa: BLE001 - any failure keeps the plain compute
+                _STATE["layouts"] = "plain layouts (%s)" % _one_line(err)
+                _LOG.warning("mxmixed.emulation: MXMIXED_EMULATION_KEEP_LAYOUTS=1, but the "
+                             "rounding op cannot keep oneDNN layouts (%s); it keeps plain "
+                             "layouts instead (the default emulation, slower).", _one_line(err))
+        _STATE["why"] = "built and loaded; " + _STATE["layouts"]
     return _STATE["op"]
+
+
+def _one_line(err):
+    lines = str(err).strip().splitlines() or [""]
+    return "%s: %s" % (type(err).__name__, lines[-1])
 
 
 def status():
