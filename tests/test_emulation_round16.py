@@ -144,7 +144,7 @@ def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
     wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c\n' % cxx)
     wrapper.chmod(0o755)
     library = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper))
-    layouts = _round16.build_layouts(str(tmp_path / "lib"), cxx=str(wrapper))
+    layouts = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper), layouts=True)
     for built in (library, layouts):
         disassembly = subprocess.run(["objdump", "-d", built], capture_output=True, text=True)
         if disassembly.returncode == 0:
@@ -455,7 +455,7 @@ def test_kept_layouts_move_batchnorm_by_float32_rounding_only(op, tmp_path):
 def fresh_state(monkeypatch):
     monkeypatch.setattr(_round16, "_STATE", {"tried": False, "op": None, "why": "",
                                              "layouts": "not tried", "layout_library": None})
-    monkeypatch.setattr(_round16, "build", lambda: "built.so")
+    monkeypatch.setattr(_round16, "build", lambda layouts=False: "built.so")
     monkeypatch.setattr(_round16, "load", lambda path: None)
 
 
@@ -470,10 +470,12 @@ def test_layouts_that_cannot_be_kept_leave_the_plain_op_with_a_warning(monkeypat
     fresh_state(monkeypatch)
     monkeypatch.setenv("MXMIXED_EMULATION_KEEP_LAYOUTS", "1")
 
-    def refuse(*args, **kwargs):
-        raise RuntimeError("g++ failed: no headers")
+    def refuse(layouts=False):
+        if layouts:
+            raise RuntimeError("g++ failed: no headers")
+        return "built.so"
 
-    monkeypatch.setattr(_round16, "build_layouts", refuse)
+    monkeypatch.setattr(_round16, "build", refuse)
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         assert _round16.round16_op() == _round16.OP
     assert _round16.status() == ("built and loaded; plain layouts (RuntimeError: g++ failed: "

@@ -29,7 +29,7 @@ import tempfile
 
 import mxnet as mx
 
-__all__ = ["OP", "round16_op", "build", "build_layouts", "load", "keep_layouts",
+__all__ = ["OP", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
@@ -98,7 +98,7 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
     return path
 
 
-def build(target_dir=None, cxx=None):
+def build(target_dir=None, cxx=None, layouts=False):
     """Compile the rounding op into ``target_dir``, unless an identical build is there.
 
     Parameters
@@ -107,6 +107,11 @@ def build(target_dir=None, cxx=None):
         Where the library goes; the cache directory by default.
     cxx : str, optional
         The C++ compiler; ``$CXX`` or ``g++`` by default.
+    layouts : bool
+        Build the op's oneDNN-layout compute (``_ext/round16_onednn.cc``) instead: against
+        the wheel's C++ headers with the settings the wheel was built with (oneDNN on, CUDA
+        off, the pre-C++11 ``std::string``), linked to its ``libmxnet.so``; a different
+        ``libmxnet.so`` (size or time) makes a new build.
 
     Returns
     -------
@@ -119,37 +124,11 @@ def build(target_dir=None, cxx=None):
         When the compiler is missing or the build fails (the compiler's last lines).
     """
     include = os.path.join(_mxnet_dir(), "include")
-    lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
-    return _compile("round16", [SOURCE, lib_api],
-                    [KERNEL, os.path.join(include, "mxnet", "lib_api.h")],
-                    ["-I" + include], target_dir, cxx)
-
-
-def build_layouts(target_dir=None, cxx=None):
-    """Compile the oneDNN-layout compute (``_ext/round16_onednn.cc``), unless already built.
-
-    It is built against the wheel's C++ headers with the settings the wheel was built with
-    (oneDNN on, CUDA off, the pre-C++11 ``std::string``) and linked to its ``libmxnet.so``;
-    a different ``libmxnet.so`` (size or time) makes a new build.
-
-    Parameters
-    ----------
-    target_dir : str, optional
-        Where the library goes; the cache directory by default.
-    cxx : str, optional
-        The C++ compiler; ``$CXX`` or ``g++`` by default.
-
-    Returns
-    -------
-    str
-        The path of the shared library.
-
-    Raises
-    ------
-    RuntimeError
-        When the compiler is missing or the build fails (the compiler's last lines).
-    """
-    include = os.path.join(_mxnet_dir(), "include")
+    if not layouts:
+        lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
+        return _compile("round16", [SOURCE, lib_api],
+                        [KERNEL, os.path.join(include, "mxnet", "lib_api.h")],
+                        ["-I" + include], target_dir, cxx)
     stat = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",
              "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
@@ -223,7 +202,7 @@ def round16_op():
             _STATE["layouts"] = "plain layouts"
         else:
             try:
-                keep_layouts(build_layouts())
+                keep_layouts(build(layouts=True))
                 _STATE["layouts"] = "keeps oneDNN layouts"
             except Exception as err:  # noqa: BLE001 - any failure keeps the plain compute
                 _STATE["layouts"] = "plain layouts (%s)" % _one_line(err)
