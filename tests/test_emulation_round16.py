@@ -454,7 +454,7 @@ def test_kept_layouts_move_batchnorm_by_float32_rounding_only(op, tmp_path):
 
 def fresh_state(monkeypatch):
     monkeypatch.setattr(_round16, "_STATE", {"tried": False, "op": None, "why": "",
-                                             "layouts": "not tried", "layout_library": None})
+                                             "layout_library": None})
     monkeypatch.setattr(_round16, "build", lambda layouts=False: "built.so")
     monkeypatch.setattr(_round16, "load", lambda path: None)
 

@@ -38,8 +38,7 @@ SOURCE = os.path.join(_EXT, "round16.cc")
 LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
 KERNEL = os.path.join(_EXT, "round16_kernel.h")
 _LOG = logging.getLogger("mxmixed.emulation")
-_STATE = {"tried": False, "op": None, "why": "not built yet", "layouts": "not tried",
-          "layout_library": None}
+_STATE = {"tried": False, "op": None, "why": "not built yet", "layout_library": None}
 
 
 def _mxnet_dir():
@@ -199,17 +198,17 @@ def round16_op():
                          "pair instead (the same bits, slower).", _STATE["why"])
             return None
         if keep == "0":
-            _STATE["layouts"] = "plain layouts"
+            layouts = "plain layouts"
         else:
             try:
                 keep_layouts(build(layouts=True))
-                _STATE["layouts"] = "keeps oneDNN layouts"
+                layouts = "keeps oneDNN layouts"
             except Exception as err:  # noqa: BLE001 - any failure keeps the plain compute
-                _STATE["layouts"] = "plain layouts (%s)" % _one_line(err)
+                layouts = "plain layouts (%s)" % _one_line(err)
                 _LOG.warning("mxmixed.emulation: MXMIXED_EMULATION_KEEP_LAYOUTS=1, but the "
                              "rounding op cannot keep oneDNN layouts (%s); it keeps plain "
                              "layouts instead (the default emulation, slower).", _one_line(err))
-        _STATE["why"] = "built and loaded; " + _STATE["layouts"]
+        _STATE["why"] = "built and loaded; " + layouts
     return _STATE["op"]
 
 
