@@ -35,7 +35,9 @@ setup(
         "cpu": ["mxnet==1.9.1"],
         "cu112": ["mxnet-cu112==1.9.1"],
         # the notebooks, the examples and the tests build gluoncv's model zoo (no weights)
-        "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12"],
+        # (pycocotools: gluoncv's mask transforms for Mask R-CNN import it, and gluoncv would
+        # otherwise try to pip-install it at run time)
+        "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12", "pycocotools"],
         "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel",
                  "import-linter>=2.16", "ruff>=0.17"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],

@@ -393,7 +393,7 @@ def cast_node(name, dtype, entry):
             "inputs": [[entry[0], entry[1], 0]]}
 
 
-def pin_variable_dtypes(graph, variables):
+def pin_variable_dtypes(graph, variables, given=None):
     """Record each input's inferred dtype on its node, unless it declares one.
 
     Inference may derive a weight's dtype from the op that consumes it; once a cast sits in
@@ -404,8 +404,15 @@ def pin_variable_dtypes(graph, variables):
     graph : dict
         Changed in place.
     variables : dict of str to dtype
+    given : dict of str to dtype, optional
+        The dtypes of the arrays a run binds. They replace a declared ``__dtype__``, which can
+        be stale: a ``SymbolBlock`` cast to float16 keeps its symbol's float32 declarations.
     """
+    given = given or {}
     for node in graph["nodes"]:
         if node["op"] == "null" and node["name"] in variables:
             attrs = node.setdefault("attrs", {})
-            attrs.setdefault("__dtype__", dtype_code(variables[node["name"]]))
+            if node["name"] in given:
+                attrs["__dtype__"] = dtype_code(given[node["name"]])
+            else:
+                attrs.setdefault("__dtype__", dtype_code(variables[node["name"]]))

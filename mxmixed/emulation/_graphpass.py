@@ -171,7 +171,7 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
             rewrite[i] = (cast_in, cast_out, bias)
     if not rewrite and not multicast:
         return sym
-    pin_variable_dtypes(graph, variables)
+    pin_variable_dtypes(graph, variables, known)
     _pin_bias_shapes(graph, rewrite)
     rebuilt = _rebuild(graph, rewrite, multicast)
     return load_graph(carry_float32(rebuilt, _float32_entries) if carry else rebuilt)

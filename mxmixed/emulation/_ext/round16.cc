@@ -15,12 +15,17 @@ static MXReturnValue parseAttrs(const std::unordered_map<std::string, std::strin
   return MX_SUCCESS;
 }
 
+// The op only ever stands for a cast pair of a float32 value, so both types are float32. Like
+// MXNet's own ops it accepts an input type still unknown (-1): graphs whose variables get their
+// types in a later pass (a SymbolBlock built under amp.init, gluon-cv's FPN R-CNNs) bind.
+// lib_api hands the outputs in as unknown, so fixing the input covers inference from the output.
 static MXReturnValue inferType(const std::unordered_map<std::string, std::string>& attrs,
                                std::vector<int>* in_types, std::vector<int>* out_types) {
-  if (in_types->at(0) != kFloat32) {
-    MX_ERROR_MSG << "_mxmixed_round16 takes float32 input";
+  if (in_types->at(0) != kFloat32 && in_types->at(0) != -1) {
+    MX_ERROR_MSG << "_mxmixed_round16 takes float32 input, not type " << in_types->at(0);
     return MX_FAIL;
   }
+  in_types->at(0) = kFloat32;
   out_types->at(0) = kFloat32;
   return MX_SUCCESS;
 }
