@@ -507,6 +507,7 @@ def main(argv=None):
         parser.print_help()
         return EXIT_USAGE
     stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
+    stderr, sys.stderr = sys.stderr, _Printable(sys.stderr)
     try:
         return args.func(args)
     except CLIError as err:
@@ -518,11 +519,51 @@ def main(argv=None):
         return EXIT_INTERRUPTED
     finally:
         sys.stdout.flush()
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _printable(text, encoding=None):
+    """``text`` as ``encoding`` can write it: printing a path never fails.
+
+    A byte of a file name that is not UTF-8 (held by Python as a surrogate escape, as in
+    ``os.fsdecode(b'mod\\xe8le')``) comes out as ``\\xe8``; any other character the encoding
+    lacks as ``\\u4e2d``.
+
+    Parameters
+    ----------
+    text : str
+    encoding : str, optional
+        The stream's encoding; UTF-8 by default.
+
+    Returns
+    -------
+    str
+    """
+    encoding = encoding or "utf-8"
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name gave
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.encode(encoding, "backslashreplace").decode(encoding)
+
+
+class _Printable:
+    """A text stream whose ``write`` never fails on a character its encoding lacks, and shows
+    the bytes of a path that is not UTF-8 alike everywhere (:func:`_printable`)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(_printable(text, getattr(self._stream, "encoding", None)))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class _PipeSafe:
-    """Standard output that a closed pipe (``mxmixed convert ... | head -1``) cannot break.
+    """Standard output that a closed pipe (``mxmixed convert ... | head -1``) cannot break, nor
+    a character its encoding lacks (:func:`_printable`).
 
     Once the reader is gone, the rest of the output is dropped: the command still finishes its
     work (writing the converted pair) and exits with the code its work deserves, with no
@@ -535,7 +576,8 @@ class _PipeSafe:
     def write(self, text):
         if not self._gone:
             try:
-                return self._stream.write(text)
+                return self._stream.write(_printable(text,
+                                                    getattr(self._stream, "encoding", None)))
             except BrokenPipeError:
                 self._drop()
         return len(text)
