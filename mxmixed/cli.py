@@ -5,6 +5,7 @@ argparse checks the types and choices of the options, and :func:`parse_shape` re
 The heavy subcommands (``demo``, ``convert``) import MXNet and their modules only when run.
 """
 import argparse
+import difflib
 import importlib
 import os
 import re
@@ -177,6 +178,14 @@ def _sample_shape(args):
     except (OSError, ValueError) as err:
         raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
                        % (args.inputs, str(err).splitlines()[0])) from None
+    if not isinstance(samples, np.ndarray):  # np.load opens a .npz archive as an NpzFile
+        names = list(samples.files)
+        samples.close()
+        raise CLIError("--inputs takes one .npy array; %s is a .npz archive of %d arrays (%s): "
+                       "save the samples the model takes as one, e.g. "
+                       "np.save('samples.npy', np.load('%s')['%s'])"
+                       % (args.inputs, len(names), ", ".join(names[:5]) or "none",
+                          os.path.basename(args.inputs), names[0] if names else "x"))
     if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
         raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), got "
                        "shape %s" % (args.inputs, samples.shape))
@@ -212,6 +221,7 @@ def _cmd_convert(args):
     _check_convert_files(args, symbolic)
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
+        _check_excluded_layers(args, sym)
         samples, shape = _convert_samples(args, symbolic, sym, arg_params, aux_params)
         model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
         check = exported = None
@@ -288,6 +298,23 @@ def _convert_samples(args, symbolic, sym, arg_params, aux_params):
     if not wants_samples:
         return None, shape
     return _samples(args, shape, mapped, count, strict=args.validate > 0), shape
+
+
+def _check_excluded_layers(args, sym):
+    """An --exclude name the graph lacks, in one line that says where layer names are."""
+    nodes = _subcommand("_graph").graph_json(sym)["nodes"]
+    layers = [(n["name"], n["op"]) for n in nodes if n["op"] != "null"]
+    names = [name for name, _ in layers]
+    for name in args.exclude:
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, names, n=1)
+        shown = ", ".join("%s (%s)" % layer for layer in layers[:8])
+        raise CLIError("--exclude: no layer named %r in %s%s; the layer names are the \"name\" "
+                       "of its nodes whose \"op\" is not \"null\": %s%s"
+                       % (name, "%s-symbol.json" % args.prefix, " (did you mean %r?)" % close[0]
+                          if close else "", shown,
+                          ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
 
 
 def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
