@@ -316,16 +316,15 @@ def _attr_problem(name, value):
 def _state_templates(optimizer, attrs, params):
     """For each parameter, the state this optimizer, with the saved settings, would create.
 
-    Built on a shallow copy of the optimizer, from zero weights of each parameter's shape (1
-    where it is not known yet) and dtype: the structure (None, an array, a tuple of them) and
-    the dtypes that the next step expects.
+    Built on a shallow copy of the optimizer, from a one-element weight of each parameter's
+    number of dimensions and dtype: the structure (None, an array, a tuple of them) and the
+    dtypes that the next step expects (the shapes are the parameter's, checked apart).
     """
     probe = copy.copy(optimizer)
     vars(probe).update({k: v for k, v in attrs.items() if not isinstance(v, _Object)})
     templates = []
     for index, param in enumerate(params):
-        shape = tuple(d if d > 0 else 1 for d in (param.shape or (1,)))
-        weight = mx.nd.zeros(shape, dtype=param.dtype)
+        weight = mx.nd.zeros((1,) * max(len(param.shape or ()), 1), dtype=param.dtype)
         try:
             templates.append(probe.create_state_multi_precision(index, weight))
         except Exception:  # noqa: BLE001 -- an optimizer we cannot probe: kinds only
@@ -350,7 +349,7 @@ def _state_problem(state, template, own_shape):
         if not shape_fits(own_shape, tuple(state.shape)) or state.dtype != template.dtype:
             return "an array of %s where the optimizer keeps one of %s" % (
                 describe(state.shape, dtype_name(state.dtype)),
-                describe(own_shape or template.shape, dtype_name(template.dtype)))
+                describe(own_shape or (), dtype_name(template.dtype)))
         return None
     if isinstance(template, (tuple, list)):
         if not (isinstance(state, (tuple, list)) and len(state) == len(template)):
