@@ -25,8 +25,9 @@ MAX_TENSOR_ELEMENTS = 2 ** 31 - 1
 
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
-(write --out somedir/model16). Its folder must exist and be writable; this is checked before
-any work. The input checkpoint is never overwritten.
+(write --out somedir/model16). Its folder must exist and be writable, and its file names fit
+the filesystem (255 bytes on most); this is checked before any work. The input checkpoint is
+never overwritten.
 
 exit codes:
   0  converted (and, with --validate, within --tolerance) and written
