@@ -6,6 +6,7 @@ described in :mod:`mxmixed.checkpoint`; the plain data of ``extra`` and of the o
 """
 import json
 import os
+import re
 import zipfile
 from typing import Any, Dict, Union
 
@@ -38,7 +39,13 @@ MAX_JSON_BYTES = 16 << 20  # Python objects take ~20x the bytes of dense JSON: ~
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is truncated, corrupt, not a checkpoint, or does not fit the net/trainer."""
+    """A checkpoint is truncated, corrupt, not a checkpoint, or does not fit the net/trainer.
+
+    Its message is one line, whatever a crafted file put into the values it quotes.
+    """
+
+    def __init__(self, message):
+        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", str(message)))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -91,7 +98,7 @@ def read_extra(path, members):
     data = json_member(path, members, EXTRA_JSON)
     arrays = nd_member(path, members, EXTRA_ND) if EXTRA_ND in members else {}
     try:
-        return decode_plain(data, arrays)
+        return decode_plain(data, arrays, where="extra")
     except ValueError as err:
         raise corrupt(path, "unreadable extra: %s" % err) from None
 
@@ -191,7 +198,9 @@ def nd_member(path, members, name):
         raise CheckpointError(str(err)) from None
     try:
         arrays = mx.nd.load_frombuffer(data)
-    except mx.base.MXNetError as err:
+    except UnicodeDecodeError:  # MXNet reads names as raw bytes; Python decodes them as UTF-8
+        raise corrupt(path, "unreadable %s: an array name is not UTF-8" % name) from None
+    except Exception as err:  # MXNetError, or a bare Exception ("unknown storage type: -1")
         raise corrupt(path, "unreadable %s: %s" % (name, _mx_line(err))) from None
     if isinstance(arrays, list) and not arrays:
         return {}
@@ -222,7 +231,9 @@ def parse_manifest(path, members):
                               % (path, manifest.get("format") if isinstance(manifest, dict)
                                  else None))
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if type(version) is not int or version < PICKLED_VERSION:
+        raise corrupt(path, "the manifest's format version %.20r is not a version" % (version,))
+    if version > FORMAT_VERSION:
         raise CheckpointError("checkpoint '%s' has format version %.20r, written by mxmixed %.20s; "
                               "this mxmixed %s reads versions up to %d: upgrade mxmixed"
                               % (path, version, manifest.get("mxmixed_version", "?"),
@@ -318,6 +329,6 @@ def check_scaler_state(path, members):
     state = json_member(path, members, SCALER)
     try:
         LossScaler().load_state_dict(state)  # validate on a throwaway scaler first
-    except (ValueError, TypeError) as err:
+    except Exception as err:  # noqa: BLE001 -- whatever a crafted state makes it raise
         raise corrupt(path, "bad loss-scaler state: %s" % err) from None
     return state

@@ -15,7 +15,7 @@ import numpy as np
 
 import mxnet as mx
 
-__all__ = ["encode_plain", "decode_plain"]
+__all__ = ["encode_plain", "decode_plain", "quoted"]
 
 
 # ----------------------------------------------------------------------------- plain data
@@ -82,63 +82,102 @@ def encode_plain(value, arrays, where, objects=False):
                      % (where, type(value).__module__, type(value).__qualname__))
 
 
-def decode_plain(data, arrays, copy=False, objects=False):
+def quoted(value, limit=40):
+    """``repr(value)`` cut at ``limit`` characters, for a message; an array by its kind only."""
+    if isinstance(value, (mx.nd.NDArray, np.ndarray)):
+        return "<%s of shape %s>" % (type(value).__name__, tuple(value.shape))
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def decode_plain(data, arrays, copy=False, objects=False, where="the value"):
     """The value :func:`encode_plain` encoded; NDArrays are taken from ``arrays``.
+
+    Parameters
+    ----------
+    where : str
+        How to name ``data`` in a message (``extra``); inner values are named from it
+        (``extra['state'][1]``).
 
     Raises
     ------
     ValueError
-        For anything :func:`encode_plain` does not write.
+        For anything :func:`encode_plain` does not write, naming where it is and what it is.
     """
     if data is None or isinstance(data, (bool, str, int, float)):
         return data
     if isinstance(data, list):
-        return [decode_plain(v, arrays, copy, objects) for v in data]
+        return [decode_plain(v, arrays, copy, objects, "%s[%d]" % (where, k))
+                for k, v in enumerate(data)]
     if not (isinstance(data, dict) and len(data) == 1):
-        raise ValueError("an unknown value %.60r" % (data,))
+        raise ValueError("%s is an unknown value %.60r" % (where, data))
     (tag, body), = data.items()
     if tag == "$tuple" and isinstance(body, list):
-        return tuple(decode_plain(v, arrays, copy, objects) for v in body)
+        return tuple(decode_plain(v, arrays, copy, objects, "%s[%d]" % (where, k))
+                     for k, v in enumerate(body))
     if tag == "$dict" and isinstance(body, list):
         out = {}
-        for pair in body:
+        for k, pair in enumerate(body):
             if not (isinstance(pair, list) and len(pair) == 2):
-                raise ValueError("a dict entry that is not a pair")
-            key = decode_plain(pair[0], arrays, copy, objects)
+                raise ValueError("%s has a dict entry that is not a pair (entry %d)" % (where, k))
+            key = decode_plain(pair[0], arrays, copy, objects, "a key of %s" % where)
             try:
-                out[key] = decode_plain(pair[1], arrays, copy, objects)
+                hash(key)
             except TypeError:
-                raise ValueError("a dict key of type %s" % type(key).__name__) from None
+                raise ValueError("%s has a dict key of type %s" % (where, type(key).__name__)) \
+                    from None
+            out[key] = decode_plain(pair[1], arrays, copy, objects,
+                                    "%s[%s]" % (where, quoted(key)))
         return out
-    if tag == "$float" and body in _FLOATS:
+    if tag == "$float" and isinstance(body, str) and body in _FLOATS:
         return _FLOATS[body]
     if tag == "$nd" and isinstance(body, str):
         if body not in arrays:
-            raise ValueError("a reference to the missing array %r" % body)
+            raise ValueError("%s is a reference to the missing array %.20r" % (where, body))
         return arrays[body].copy() if copy else arrays[body]
     if tag == "$np" and isinstance(body, dict):
-        return _decode_numpy(body)
+        return _decode_numpy(body, where)
     if tag == "$object" and objects and isinstance(body, dict) \
             and isinstance(body.get("class"), str):
-        attrs = decode_plain(body.get("attrs"), arrays, copy, False)
+        attrs = decode_plain(body.get("attrs"), arrays, copy, False, "%s's attributes" % where)
         if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
-            raise ValueError("a schedule whose attributes are not named")
+            raise ValueError("%s is a schedule whose attributes are not named" % where)
         return _Object(body["class"], attrs)
-    raise ValueError("an unknown value tagged %.40r" % (tag,))
+    raise ValueError("%s is an unknown value tagged %.40r" % (where, tag))
 
 
-def _decode_numpy(body):
-    dtype, shape, data = body.get("dtype"), body.get("shape"), body.get("data")
-    if not (isinstance(dtype, str) and _NUMPY_DTYPE.match(dtype) and isinstance(shape, list)
-            and len(shape) <= 32 and all(isinstance(d, int) and d >= 0 for d in shape)
-            and isinstance(data, str)):
-        raise ValueError("a NumPy array of dtype %.20r and shape %.60r" % (dtype, shape))
-    dtype = np.dtype(dtype)
+def _numpy_dtype(text):
+    """The NumPy dtype a ``$np`` value names, or None: only numbers NumPy really has."""
+    if not (isinstance(text, str) and _NUMPY_DTYPE.match(text)):
+        return None
+    try:
+        dtype = np.dtype(text)
+    except TypeError:  # '<f3', '<u16', '<i0': NumPy has no such type
+        return None
+    return dtype if dtype.kind in "biufc" and dtype.fields is None else None
+
+
+def _decode_numpy(body, where):
+    dtype, shape, data = _numpy_dtype(body.get("dtype")), body.get("shape"), body.get("data")
+    if dtype is None:
+        raise ValueError("%s is a NumPy array of dtype %.20r, which is not a NumPy number type"
+                         % (where, body.get("dtype")))
+    if not (isinstance(shape, list) and len(shape) <= 32
+            and all(type(d) is int and d >= 0 for d in shape)):
+        raise ValueError("%s is a NumPy array of shape %.60r, which is not a list of sizes"
+                         % (where, shape))
+    if not isinstance(data, str):
+        raise ValueError("%s is a NumPy array whose data is not base64 text" % where)
     size = math.prod(shape) * dtype.itemsize
     if size > len(data):  # base64 takes 4 characters for every 3 bytes
-        raise ValueError("a NumPy array of shape %s in %d characters" % (tuple(shape), len(data)))
-    raw = base64.b64decode(data, validate=True)
+        raise ValueError("%s is a NumPy array of shape %s in %d characters"
+                         % (where, tuple(shape), len(data)))
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:  # binascii.Error
+        raise ValueError("%s is a NumPy array whose data is not base64" % where) from None
     if len(raw) != size:
-        raise ValueError("a NumPy array of shape %s with %d bytes" % (tuple(shape), len(raw)))
+        raise ValueError("%s is a NumPy array of shape %s with %d bytes"
+                         % (where, tuple(shape), len(raw)))
     array = np.frombuffer(raw, dtype).reshape(shape).copy()
-    return array[()] if body.get("scalar") else array
+    return array[()] if body.get("scalar") is True else array

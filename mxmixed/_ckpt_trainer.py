@@ -4,6 +4,7 @@ Format 2 stores the optimizer's attributes and states as plain data (:mod:`mxmix
 and restores them onto the trainer's own optimizer object. Format 1 stored
 ``Trainer.save_states``'s pickle, which is read only with ``trusted=True``.
 """
+import copy
 import pickle
 
 import mxnet as mx
@@ -11,7 +12,7 @@ from mxnet import gluon
 
 from ._ckpt_format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
                            corrupt, describe, dtype_name, json_member, nd_member, shape_fits)
-from ._ckpt_plain import _Object, decode_plain, encode_plain
+from ._ckpt_plain import _Object, decode_plain, encode_plain, quoted
 
 
 def trainer_params(trainer, named):
@@ -156,23 +157,30 @@ class TrainerData:
 
 
 def read_trainer_json(path, members, trainer, order):
-    """Check the saved optimizer against ``trainer``'s and decode it (format 2)."""
+    """Check the saved optimizer against ``trainer``'s and decode it (format 2).
+
+    Every setting the loader restores is checked by kind and range against the trainer's own
+    optimizer (:func:`_attr_problem`), and every state array against its parameter, so that a
+    crafted ``trainer.json`` is refused here rather than at the next step.
+    """
     data = json_member(path, members, TRAINER_JSON)
     arrays = nd_member(path, members, TRAINER_ND)
     optimizer = trainer._optimizer
     if not isinstance(data, dict) or not isinstance(data.get("attrs"), dict):
         raise corrupt(path, "the trainer member is not an object")
     try:
-        attrs = decode_plain(data["attrs"], arrays, objects=True)
-        current = decode_plain(data.get("current_counts"), arrays)
-        states = decode_plain(data.get("states"), arrays)  # checked once; decoded per updater
+        attrs = decode_plain(data["attrs"], arrays, objects=True, where="the optimizer's "
+                             "attributes")
+        current = decode_plain(data.get("current_counts"), arrays, where="current_counts")
+        states = decode_plain(data.get("states"), arrays,  # checked once; decoded per updater
+                              where="the optimizer states")
     except ValueError as err:
         raise corrupt(path, "unreadable trainer states: %s" % err) from None
     if not isinstance(attrs, dict) or not isinstance(states, dict):
         raise corrupt(path, "the trainer states are not named")
     own = vars(optimizer)
-    unknown = sorted(str(k) for k in attrs if not isinstance(k, str) or k not in own
-                     or k.startswith("__"))
+    unknown = sorted(k if isinstance(k, str) else quoted(k) for k in attrs
+                     if not isinstance(k, str) or k not in own or k.startswith("__"))
     if unknown:
         raise CheckpointError("checkpoint '%s' sets optimizer attributes that this %s lacks "
                               "(%s); was it written by another MXNet version?"
@@ -182,11 +190,22 @@ def read_trainer_json(path, members, trainer, order):
             raise corrupt(path, "optimizer attribute %r is a %s, this %s's is a %s"
                           % (name, type(value).__name__, type(optimizer).__name__,
                              type(own[name]).__name__))
-    bad = [k for k, v in states.items() if not (isinstance(k, int) and 0 <= k < len(order)
+        problem = _attr_problem(name, value)
+        if problem:
+            raise corrupt(path, "optimizer attribute %r is %s: %s" % (name, quoted(value), problem))
+    bad = [k for k, v in states.items() if not (type(k) is int and 0 <= k < len(order)
                                                 and _is_state(v))]
     if bad:
-        raise corrupt(path, "the optimizer state of parameter %.20r is not made of arrays"
-                      % (bad[0],))
+        raise corrupt(path, "the optimizer state of parameter %s is not made of arrays"
+                      % quoted(bad[0], 20))
+    templates = _state_templates(optimizer, attrs, [trainer._params[j] for j in order])
+    for k, state in states.items():
+        param = trainer._params[order[k]]
+        problem = _state_problem(state, templates[k],
+                                 tuple(param.shape) if param.shape is not None else None)
+        if problem:
+            raise corrupt(path, "the optimizer state of parameter %d ('%s') holds %s"
+                          % (k, param.name, problem))
     schedule = attrs.get("lr_scheduler")
     if isinstance(schedule, _Object):
         mine = optimizer.lr_scheduler
@@ -199,14 +218,150 @@ def read_trainer_json(path, members, trainer, order):
         if unknown:
             raise CheckpointError("checkpoint '%s' sets schedule attributes that this %s lacks "
                                   "(%s)" % (path, schedule.name, ", ".join(unknown[:3])))
+        for name, value in schedule.attrs.items():
+            mine_value = vars(mine)[name]
+            if not _same_kind(mine_value, value) or isinstance(value, _Object) \
+                    or not _finite(value):
+                raise corrupt(path, "schedule attribute %r is %s, this %s's is a %s"
+                              % (name, quoted(value), schedule.name, type(mine_value).__name__))
     elif schedule is not None:
         raise corrupt(path, "the learning-rate schedule is not a schedule")
     counts = attrs.get("_all_index_update_counts", {})
-    if not (isinstance(counts, dict) and all(isinstance(c, dict) for c in counts.values())):
-        raise corrupt(path, "the update counters are not counters")
-    if current is not None and current not in counts:
+    if current is not None and (type(current) is not int or current not in counts):
         raise corrupt(path, "the update counters name an unknown device")
     return TrainerData(attrs, current, data.get("states"), arrays, order)
+
+
+# The settings of MXNet 1.9.1's optimizers that are read at every step, and what they may hold
+# (mxnet/optimizer/optimizer.py). A setting not named here is checked by the kind of the
+# trainer's own value (_same_kind) and, if it is a number, for being finite.
+_COUNTERS = {"num_update", "begin_num_update", "aggregate_num"}
+_POSITIVE = {"rescale_grad"}
+_NON_NEGATIVE = {"lr", "wd", "momentum", "epsilon", "float_stable_eps", "beta1", "beta2", "rho",
+                 "gamma1", "gamma2", "lamda1", "beta", "wd_lh", "eta", "lamda", "eps",
+                 "schedule_decay"}
+_POSITIVE_OR_NONE = {"clip_gradient", "clip_weights"}  # None: no clipping
+_NUMBER_OR_NONE = {"lower_bound", "upper_bound", "last_lr", "cur_lr"}
+_MULTIPLIERS = {"lr_mult", "wd_mult"}
+_NOT_SAVED = {"param_dict", "_index_update_count"}  # rebuilt from the trainer, never written
+
+
+_FLOAT32_MAX = 3.4028234663852886e38  # MXNet's operators take their settings as float32
+_MAX_COUNT = 2 ** 31 - 1  # and their counters (LAMB's t) as int
+
+
+def _number(value):
+    """A real number that an operator can take as a float32 setting."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and abs(value) <= _FLOAT32_MAX  # False for NaN; no float() of a huge int
+
+
+def _finite(value):
+    """False for a number (however deep in a list, tuple or dict) that is inf, NaN, or out of
+    float32's range."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number(value)
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def _attr_problem(name, value):
+    """What is wrong with the saved optimizer setting ``name`` (kind checked), or None."""
+    if name in _NOT_SAVED:
+        return "mxmixed never saves it"
+    if isinstance(value, _Object) and name != "lr_scheduler":
+        return "only lr_scheduler holds a schedule"
+    if name in _COUNTERS:
+        ok = type(value) is int and 0 <= value <= _MAX_COUNT
+        return None if ok else "it must be a count (0, 1, ... up to 2^31 - 1)"
+    if name in _POSITIVE:
+        ok = _number(value) and value > 0
+        return None if ok else "it must be a finite number above 0 (a float32)"
+    if name in _NON_NEGATIVE:
+        ok = _number(value) and value >= 0
+        return None if ok else "it must be a finite number, 0 or more"
+    if name in _POSITIVE_OR_NONE:
+        ok = value is None or (_number(value) and value > 0)
+        return None if ok else "it must be None or a finite number above 0"
+    if name in _NUMBER_OR_NONE:
+        ok = value is None or _number(value)
+        return None if ok else "it must be None or a finite number"
+    if name in _MULTIPLIERS:
+        ok = isinstance(value, dict) and all(
+            isinstance(k, (int, str)) and _number(v) and v >= 0
+            for k, v in value.items())
+        return None if ok else "it must map parameters to finite numbers, 0 or more"
+    if name == "idx2name":
+        ok = isinstance(value, dict) and all(type(k) is int and isinstance(v, str)
+                                             for k, v in value.items())
+        return None if ok else "it must map indices to names"
+    if name == "sym_info":
+        return None if isinstance(value, tuple) and len(value) in (0, 2) else \
+            "it must be () or (attributes, argument names)"
+    if name == "_all_index_update_counts":
+        ok = isinstance(value, dict) and all(
+            type(device) is int and isinstance(counts, dict)
+            and all(type(k) is int and k >= 0 and type(c) is int and 0 <= c <= _MAX_COUNT
+                    for k, c in counts.items())
+            for device, counts in value.items())
+        return None if ok else "it must map devices to counts of updates per parameter"
+    if not _finite(value):
+        return "its numbers must be finite and within float32's range"
+    return None
+
+
+def _state_templates(optimizer, attrs, params):
+    """For each parameter, the state this optimizer, with the saved settings, would create.
+
+    Built on a shallow copy of the optimizer, from a one-element weight of each parameter's
+    number of dimensions and dtype: the structure (None, an array, a tuple of them) and the
+    dtypes that the next step expects (the shapes are the parameter's, checked apart).
+    """
+    probe = copy.copy(optimizer)
+    vars(probe).update({k: v for k, v in attrs.items() if not isinstance(v, _Object)})
+    templates = []
+    for index, param in enumerate(params):
+        weight = mx.nd.zeros((1,) * max(len(param.shape or ()), 1), dtype=param.dtype)
+        try:
+            templates.append(probe.create_state_multi_precision(index, weight))
+        except Exception:  # noqa: BLE001 -- an optimizer we cannot probe: kinds only
+            templates.append(_UNKNOWN)
+    return templates
+
+
+_UNKNOWN = object()
+
+
+def _state_problem(state, template, own_shape):
+    """What is wrong with one parameter's saved optimizer state, or None.
+
+    It must have the structure of ``template`` (what the optimizer creates for it), and each
+    array its dtype and the parameter's shape.
+    """
+    if template is _UNKNOWN:
+        return None
+    if isinstance(template, mx.nd.NDArray):
+        if not isinstance(state, mx.nd.NDArray):
+            return "%s where the optimizer keeps an array" % quoted(state)
+        if not shape_fits(own_shape, tuple(state.shape)) or state.dtype != template.dtype:
+            return "an array of %s where the optimizer keeps one of %s" % (
+                describe(state.shape, dtype_name(state.dtype)),
+                describe(own_shape or (), dtype_name(template.dtype)))
+        return None
+    if isinstance(template, (tuple, list)):
+        if not (isinstance(state, (tuple, list)) and len(state) == len(template)):
+            return "%s where the optimizer keeps %d arrays" % (quoted(state), len(template))
+        for inner, inner_template in zip(state, template):
+            problem = _state_problem(inner, inner_template, own_shape)
+            if problem:
+                return problem
+        return None
+    if template is None and state is not None:
+        return "%s where the optimizer keeps no state" % quoted(state)
+    return None
 
 
 def _same_kind(mine, theirs):

@@ -8,7 +8,12 @@ together (a converted model's ``prefix-symbol.json`` and ``prefix-0000.params``)
   over it would replace the link or the device with a plain file, and writing through it would
   write where the caller did not look. Nothing is changed;
 * write each file to a temporary name in the target's own folder
-  (``.<name>.<pid>.<tag>.tmp``), so that the final rename never crosses a filesystem;
+  (``.<name>.<pid>.<tag>.tmp``), so that the final rename never crosses a filesystem. Where
+  that name would be longer than the filesystem allows (``NAME_MAX``, 255 bytes: the name of
+  the target takes up to 226), ``<name>`` is the target's name cut short, ``~`` and a hash of
+  it, so that any name the filesystem holds can be written; a target name it cannot hold is
+  refused first (``ENAMETOOLONG``, naming the target);
+* name the target in every error, never a temporary file, backup or lock beside it;
 * create it with mode ``0o666`` less the umask, as a plain ``open()`` would; the process umask
   is never changed;
 * fsync the data, ``os.replace`` it over the target, then fsync the folder so that the rename
@@ -54,6 +59,7 @@ Reading files from someone else is :mod:`mxmixed._untrusted`.
 """
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -70,10 +76,62 @@ __all__ = ["atomic_write", "atomic_write_group", "check_writable", "sweep_stale"
 _HOST = "%04x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFF)
 
 
+# ".<stem>.<pid>.<host tag + random>.<tmp|bak>": 29 bytes besides the stem, a pid of 10 digits
+_OVERHEAD = len("..") + 10 + len(".") + 12 + len(".tmp")
+
+
+def _name_max(folder):
+    """The longest file name, in bytes, that ``folder``'s filesystem holds (255 if unknown)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def _stem(folder, base):
+    """What stands for ``base`` in the names of its temporary files, backups and lock.
+
+    ``base`` itself when those names fit in the filesystem's limit; otherwise its start, cut on
+    a character, then ``~`` and a hash of the whole name, so that any legal name can be written
+    (a 255-byte name would need a 281-byte temporary name).
+    """
+    raw = os.fsencode(base)
+    budget = _name_max(folder) - _OVERHEAD
+    if len(raw) <= budget:
+        return base
+    cut = raw[:max(budget - 9, 0)]
+    for end in range(len(cut), max(len(cut) - 4, -1), -1):  # end on a whole UTF-8 character
+        try:
+            start = cut[:end].decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            continue
+    else:  # not UTF-8 at all: keep the bytes, as the file system does
+        start = os.fsdecode(cut)
+    return "%s~%s" % (start, hashlib.sha256(raw).hexdigest()[:8])
+
+
 def _name(target, kind):
     folder, base = os.path.split(os.path.abspath(target))
-    return os.path.join(folder, ".%s.%d.%s%s.%s" % (base, os.getpid(), _HOST,
+    return os.path.join(folder, ".%s.%d.%s%s.%s" % (_stem(folder, base), os.getpid(), _HOST,
                                                     secrets.token_hex(4), kind))
+
+
+@contextlib.contextmanager
+def _naming(target):
+    """Errors about a hidden temporary file, backup or lock, told as errors about ``target``.
+
+    The user asked for ``target``; the names beside it are this module's business. The error
+    keeps its class (``PermissionError``, ...) and errno, and names ``target`` alone.
+    """
+    try:
+        yield
+    except NotRegularFileError:
+        raise
+    except OSError as err:
+        if err.errno is None or (err.filename == target and err.filename2 is None):
+            raise
+        raise OSError(err.errno, err.strerror, target) from None
 
 
 def _create(target, kind="tmp"):
@@ -81,8 +139,9 @@ def _create(target, kind="tmp"):
     while True:
         path = _name(target, kind)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_BINARY", 0), 0o666)
+            with _naming(target):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
         os.close(fd)
@@ -122,7 +181,7 @@ def sweep_stale(target):
         return []
     folder, base = os.path.split(os.path.abspath(target))
     pattern = re.compile(r"^\.%s\.(\d+)\.(?:(%s)[0-9a-f]{8}|[0-9a-f]{8})\.(?:tmp|bak)$"
-                         % (re.escape(base), _HOST))
+                         % (re.escape(_stem(folder, base)), _HOST))
     removed = []
     try:
         names = os.listdir(folder)
@@ -209,10 +268,32 @@ def _remove_quietly(paths):
             os.remove(path)
 
 
+def name_too_long(path):
+    """``(bytes, limit)`` when the file name of ``path`` is longer than its filesystem holds.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        The name's length in bytes and the limit (``NAME_MAX``); None when the name fits.
+    """
+    folder, base = os.path.split(os.path.abspath(path))
+    size, limit = len(os.fsencode(base)), _name_max(folder if os.path.isdir(folder) else "/")
+    return (size, limit) if size > limit else None
+
+
 def _check_target(target):
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise FileNotFoundError(2, "the folder %s does not exist" % folder, target)
+    too_long = name_too_long(target)
+    if too_long:
+        raise OSError(errno.ENAMETOOLONG, "%s: the name is %d bytes, more than the %d that "
+                      "the filesystem holds" % ((os.strerror(errno.ENAMETOOLONG),) + too_long),
+                      target)
     kind = special_file(target)
     if kind == "a folder":
         raise IsADirectoryError(21, "it is a folder", target)
@@ -258,7 +339,8 @@ def _backup(target):
         os.link(target, backup)
     except OSError:  # no hard links here, or an immutable file: copy it
         try:
-            shutil.copy2(target, backup)
+            with _naming(target):
+                shutil.copy2(target, backup)
         except BaseException:
             _remove_quietly([backup])
             raise
@@ -279,9 +361,10 @@ def _group_lock(target):
         yield
         return
     folder, base = os.path.split(os.path.abspath(target))
-    path = os.path.join(folder, ".%s.lock" % base)
+    path = os.path.join(folder, ".%s.lock" % _stem(folder, base))
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with _naming(target):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:  # ENOLCK on some network filesystems
@@ -319,7 +402,8 @@ def _commit(paths, temps):
             for path in paths:
                 backups[path] = _backup(path)
         for path, temp in zip(paths, temps):
-            os.replace(temp, path)
+            with _naming(path):
+                os.replace(temp, path)
     except BaseException as err:
         # a target was replaced when its temporary file is gone: read from the disk, so that
         # an error raised just after a rename cannot leave that rename out of the rollback

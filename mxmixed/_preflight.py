@@ -7,7 +7,7 @@ import math
 import os
 import tempfile
 
-from ._io import special_file
+from ._io import check_writable, name_too_long, special_file
 
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
            "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
@@ -88,7 +88,17 @@ def check_out_prefix(out, in_files, out_files):
         if kind is not None:  # renaming over it would replace the link or device by a file
             raise CLIError("%s is %s, not a regular file; mxmixed never writes over one (remove "
                            "it, or choose another --out)" % (path, kind))
+        too_long = name_too_long(path)
+        if too_long:
+            raise CLIError("the output file name %s is %d bytes, too long: the filesystem holds "
+                           "names of at most %d bytes; choose a shorter --out"
+                           % ((os.path.basename(path),) + too_long))
     _probe_writable(folder, "output folder")
+    try:  # the temporary files, named as the writer names them, can be created beside them
+        check_writable(out_files)
+    except OSError as err:
+        raise CLIError("cannot write %s: %s" % (err.filename or out, err.strerror or err)) \
+            from None
 
 
 # ------------------------------------------------------------------ memory

@@ -37,7 +37,11 @@ Reading checks sizes before it reads: at most 16 members, none compressed, none 
 bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
 at most 16 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
 array members whose every declared shape fits in the bytes that follow it. A refusal is a
-:class:`CheckpointError` of one line that names the file and the limit.
+:class:`CheckpointError` of one line that names the file and the limit. What is read is then
+checked by kind and range, and refused by a :class:`CheckpointError` too: ``extra``'s values
+(named where they sit), array names that are not UTF-8, and the optimizer's settings and
+states, at :func:`load` rather than at the next step (finite learning rate and weight decay,
+``clip_gradient`` None or above 0, counts as counts, each state shaped as its parameter).
 
 Format 1 (written by earlier mxmixed builds) stored the trainer states and ``extra`` as pickles
 (``trainer.states``, ``extra.pkl``), which can run code when loaded. :func:`load` reads such a

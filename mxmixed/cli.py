@@ -5,6 +5,7 @@ argparse checks the types and choices of the options, and :func:`parse_shape` re
 The heavy subcommands (``demo``, ``convert``) import MXNet and their modules only when run.
 """
 import argparse
+import difflib
 import importlib
 import os
 import re
@@ -24,8 +25,9 @@ MAX_TENSOR_ELEMENTS = 2 ** 31 - 1
 
 CONVERT_EPILOG = """\
 output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
-(write --out somedir/model16). Its folder must exist and be writable; this is checked before
-any work. The input checkpoint is never overwritten.
+(write --out somedir/model16). Its folder must exist and be writable, and its file names fit
+the filesystem (255 bytes on most); this is checked before any work. The input checkpoint is
+never overwritten.
 
 exit codes:
   0  converted (and, with --validate, within --tolerance) and written
@@ -177,6 +179,14 @@ def _sample_shape(args):
     except (OSError, ValueError) as err:
         raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
                        % (args.inputs, str(err).splitlines()[0])) from None
+    if not isinstance(samples, np.ndarray):  # np.load opens a .npz archive as an NpzFile
+        names = list(samples.files)
+        samples.close()
+        raise CLIError("--inputs takes one .npy array; %s is a .npz archive of %d arrays (%s): "
+                       "save the samples the model takes as one, e.g. "
+                       "np.save('samples.npy', np.load('%s')['%s'])"
+                       % (args.inputs, len(names), ", ".join(names[:5]) or "none",
+                          os.path.basename(args.inputs), names[0] if names else "x"))
     if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
         raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), got "
                        "shape %s" % (args.inputs, samples.shape))
@@ -212,6 +222,7 @@ def _cmd_convert(args):
     _check_convert_files(args, symbolic)
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
+        _check_excluded_layers(args, sym)
         samples, shape = _convert_samples(args, symbolic, sym, arg_params, aux_params)
         model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
         check = exported = None
@@ -288,6 +299,23 @@ def _convert_samples(args, symbolic, sym, arg_params, aux_params):
     if not wants_samples:
         return None, shape
     return _samples(args, shape, mapped, count, strict=args.validate > 0), shape
+
+
+def _check_excluded_layers(args, sym):
+    """An --exclude name the graph lacks, in one line that says where layer names are."""
+    nodes = _subcommand("_graph").graph_json(sym)["nodes"]
+    layers = [(n["name"], n["op"]) for n in nodes if n["op"] != "null"]
+    names = [name for name, _ in layers]
+    for name in args.exclude:
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, names, n=1)
+        shown = ", ".join("%s (%s)" % layer for layer in layers[:8])
+        raise CLIError("--exclude: no layer named %r in %s%s; the layer names are the \"name\" "
+                       "of its nodes whose \"op\" is not \"null\": %s%s"
+                       % (name, "%s-symbol.json" % args.prefix, " (did you mean %r?)" % close[0]
+                          if close else "", shown,
+                          ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
 
 
 def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
@@ -507,6 +535,7 @@ def main(argv=None):
         parser.print_help()
         return EXIT_USAGE
     stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
+    stderr, sys.stderr = sys.stderr, _Printable(sys.stderr)
     try:
         return args.func(args)
     except CLIError as err:
@@ -518,11 +547,51 @@ def main(argv=None):
         return EXIT_INTERRUPTED
     finally:
         sys.stdout.flush()
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _printable(text, encoding=None):
+    """``text`` as ``encoding`` can write it: printing a path never fails.
+
+    A byte of a file name that is not UTF-8 (held by Python as a surrogate escape, as in
+    ``os.fsdecode(b'mod\\xe8le')``) comes out as ``\\xe8``; any other character the encoding
+    lacks as ``\\u4e2d``.
+
+    Parameters
+    ----------
+    text : str
+    encoding : str, optional
+        The stream's encoding; UTF-8 by default.
+
+    Returns
+    -------
+    str
+    """
+    encoding = encoding or "utf-8"
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name gave
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.encode(encoding, "backslashreplace").decode(encoding)
+
+
+class _Printable:
+    """A text stream whose ``write`` never fails on a character its encoding lacks, and shows
+    the bytes of a path that is not UTF-8 alike everywhere (:func:`_printable`)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(_printable(text, getattr(self._stream, "encoding", None)))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class _PipeSafe:
-    """Standard output that a closed pipe (``mxmixed convert ... | head -1``) cannot break.
+    """Standard output that a closed pipe (``mxmixed convert ... | head -1``) cannot break, nor
+    a character its encoding lacks (:func:`_printable`).
 
     Once the reader is gone, the rest of the output is dropped: the command still finishes its
     work (writing the converted pair) and exits with the code its work deserves, with no
@@ -535,7 +604,8 @@ class _PipeSafe:
     def write(self, text):
         if not self._gone:
             try:
-                return self._stream.write(text)
+                return self._stream.write(_printable(text,
+                                                    getattr(self._stream, "encoding", None)))
             except BrokenPipeError:
                 self._drop()
         return len(text)

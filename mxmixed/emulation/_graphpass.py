@@ -35,6 +35,19 @@ _FLOAT16 = np.dtype(np.float16)
 _PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var")
 
 
+def _float16_net_hint(types):
+    """``'; the net is float16 but its input data is float32: ...'`` where float32 data meets
+    float16 parameters (a net cast with ``net.cast('float16')``), else ``''``."""
+    dtypes = {name: np.dtype(dtype) for name, dtype in types.items()}
+    data = sorted(n for n, d in dtypes.items() if d == np.float32
+                  and not n.endswith(_PARAM_SUFFIXES))
+    if not data or not any(d == _FLOAT16 and n.endswith(_PARAM_SUFFIXES)
+                           for n, d in dtypes.items()):
+        return ""
+    return ("; the net is float16 but its input %s is float32: pass X.astype('float16')"
+            % ", ".join(data[:3]))
+
+
 def _short(types, shown=4):
     """Input dtypes for a message: a few names, then a count per dtype."""
     names = sorted(types, key=lambda n: (n.endswith(_PARAM_SUFFIXES), n))  # data first
@@ -148,8 +161,8 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
         types, variables = entry_dtypes(graph, entries, known)
     except GraphTypeError as err:
         raise TypeError("MXNet's type inference rejects this graph (it would fail on a GPU "
-                        "too): %s; give that op's inputs one dtype (input dtypes: %s)"
-                        % (err.reason, _short(known))) from None
+                        "too): %s; give that op's inputs one dtype (input dtypes: %s)%s"
+                        % (err.reason, _short(known), _float16_net_hint(known))) from None
 
     rewrite, multicast = {}, {}
     for i in targets:

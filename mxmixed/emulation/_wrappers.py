@@ -122,9 +122,14 @@ def _make_nd_wrapper(op_name, original, spec):
         if spec.same_dtype:
             dtypes = {a.dtype for _, a in arrays if np.issubdtype(a.dtype, np.floating)}
             if len(dtypes) > 1:
+                data = arrays[0][1]  # a layer's data comes first; its weights follow
+                layer = spec.bias_input is not None or op_name == "RNN"
+                hint = ("; the net is float16 but its input is float32: pass "
+                        "X.astype('float16')" if layer and data.dtype == np.float32
+                        and any(a.dtype == _FLOAT16 for _, a in arrays[1:]) else "")
                 raise TypeError("%s got inputs of dtypes %s; MXNet needs one dtype for all of "
-                                "them (a GPU run fails too): cast them alike"
-                                % (op_name, sorted(np.dtype(d).name for d in dtypes)))
+                                "them (a GPU run fails too): cast them alike%s"
+                                % (op_name, sorted(np.dtype(d).name for d in dtypes), hint))
         if op_name == "Deconvolution" and not conv_form_applies(kwargs):
             refuse_deconv_training()
         if op_name == "amp_multicast":
