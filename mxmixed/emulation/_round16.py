@@ -29,6 +29,8 @@ import tempfile
 
 import mxnet as mx
 
+from .._env import cache_dir, switch
+
 __all__ = ["OP", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
 
@@ -57,8 +59,7 @@ def _cpu_flags():
 
 
 def _cache_dir():
-    return os.environ.get("MXMIXED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "mxmixed")
+    return cache_dir()
 
 
 def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
@@ -184,9 +185,7 @@ def round16_op():
     str or None
     """
     if not _STATE["tried"]:
-        keep = os.environ.get("MXMIXED_EMULATION_KEEP_LAYOUTS", "0") or "0"
-        if keep not in ("0", "1"):
-            raise ValueError("MXMIXED_EMULATION_KEEP_LAYOUTS must be 0 or 1, not %r" % keep)
+        keep = "1" if switch("MXMIXED_EMULATION_KEEP_LAYOUTS") else "0"
         _STATE["tried"] = True
         try:
             load(build())
