@@ -16,8 +16,8 @@ __all__ = ["SWITCHES", "CACHE_DIR", "switch", "cache_dir", "environment_error", 
 #: The 0/1 switches: name -> (default, what 1 means).
 SWITCHES = {
     "MXMIXED_EMULATION_KEEP_LAYOUTS": (
-        "0", "the float16 rounding op keeps oneDNN's blocked layouts (BatchNorm's float32 bits "
-             "change)"),
+        "1", "the float16 rounding op keeps oneDNN's blocked layouts; 0 reproduces results "
+             "recorded before this became the default"),
     "MXMIXED_EMULATION_CARRY": (
         "1", "float16 values between two emulated ops are carried as float32 and rounded by "
              "one op; 0 keeps the cast pairs"),

@@ -467,7 +467,7 @@ def fresh_state(monkeypatch):
 def test_keep_layouts_takes_0_or_1_and_says_so_otherwise(monkeypatch):
     fresh_state(monkeypatch)
     monkeypatch.setenv("MXMIXED_EMULATION_KEEP_LAYOUTS", "yes")
-    with pytest.raises(ValueError, match=r"must be 0 or 1 \(unset means 0\), not 'yes'"):
+    with pytest.raises(ValueError, match=r"must be 0 or 1 \(unset means 1\), not 'yes'"):
         _round16.round16_op()
 
 
