@@ -74,6 +74,21 @@ def test_a_folder_of_another_user_is_not_built_in(monkeypatch, caplog, tmp_path)
     assert len(caplog.records) == 1 and "belongs to uid %d" % OTHER_UID in caplog.text
 
 
+def test_the_default_folder_made_group_writable_by_an_earlier_version_is_tightened(
+        monkeypatch, caplog, tmp_path):
+    """Earlier versions made ~/.cache/mxmixed with the umask's mode (775 under umask 002)."""
+    fake_build(monkeypatch, [])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MXMIXED_CACHE_DIR")
+    folder = tmp_path / ".cache" / "mxmixed"
+    folder.mkdir(parents=True)
+    folder.chmod(0o775)
+    with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
+        path = _round16._compile("round16", [_round16.KERNEL], [], [], None, None)
+    assert os.path.dirname(path) == str(folder) and caplog.records == []
+    assert (os.stat(str(folder)).st_mode & 0o777) == 0o755
+
+
 def test_a_missing_folder_is_made_private(monkeypatch, tmp_path):
     fake_build(monkeypatch, [])
     path = build_here(tmp_path / "new" / "cache")

@@ -20,12 +20,13 @@ recorded before this became the default.
 
 A library is loaded only when it is whole and ours. The cache folder must belong to this
 user and be writable by nobody else (else the library is built in a private temporary folder,
-with a warning). Each build records the library's size and sha256 beside it
-(``<name>.so.sha256``, written after the library is complete; the library itself is compiled
-under a temporary name and renamed); before loading, the file must be a regular file of this
-user, writable by nobody else, and match its record. A library that does not (truncated,
-replaced, unrecorded) is rebuilt, with a warning when it was damaged; if it cannot be, the
-emulation falls back with one warning.
+with a warning; the default folder of this user only loses its group and other write bits).
+Each build records the library's size and sha256 beside it (``<name>.so.sha256``, written
+after the library is complete; the library itself is compiled under a temporary name and
+renamed); before loading, the file must be a regular file of this user, writable by nobody
+else, and match its record. A library that does not (truncated, replaced, unrecorded) is
+rebuilt, with a warning when it was damaged; if it cannot be, the emulation falls back with
+one warning.
 
 .. note::
    The library is loaded with MXNet's ``MXLoadLib`` C call, not ``mx.library.load``: the
@@ -47,7 +48,7 @@ import tempfile
 
 import mxnet as mx
 
-from .._env import cache_dir, switch
+from .._env import CACHE_DIR, cache_dir, switch
 
 __all__ = ["OP", "MXNET_RELEASE", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
@@ -98,11 +99,19 @@ def _not_ours(info, what):
     return None
 
 
-def _folder_problem(folder):
-    """Create ``folder`` (mode 700) if missing; say why it is not safe to build in, or None."""
+def _folder_problem(folder, tighten=False):
+    """Create ``folder`` (mode 700) if missing; say why it is not safe to build in, or None.
+
+    With ``tighten`` (the default folder, which earlier versions made with the umask's mode), a
+    folder of this user that its group or others can write loses those bits instead: files
+    others may have put there are refused one by one, as not this user's.
+    """
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         info = os.stat(folder)
+        if tighten and info.st_uid == os.geteuid() and info.st_mode & 0o022:
+            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+            info = os.stat(folder)
     except OSError as err:
         return "the cache folder %s cannot be used (%s)" % (folder, err.strerror or err)
     if not stat.S_ISDIR(info.st_mode):
@@ -201,8 +210,9 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
             key.update(handle.read())
     for text in (compiler, _cpu_flags(), " ".join(flags), key_text):
         key.update(text.encode())
+    default = target_dir is None and not os.environ.get(CACHE_DIR)
     target_dir = os.path.abspath(target_dir or _cache_dir())
-    problem = _folder_problem(target_dir)
+    problem = _folder_problem(target_dir, tighten=default)
     if problem:
         target_dir = _private_folder(target_dir, problem)
     path = os.path.join(target_dir, "%s-%s.so" % (prefix, key.hexdigest()[:16]))
