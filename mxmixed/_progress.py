@@ -5,8 +5,9 @@ kernel's stream. Redirected to a file or a CI log, bars would flood it with carr
 they are off. The environment variable ``MXMIXED_PROGRESS`` overrides the guess: ``1`` always
 draws them, ``0`` never does.
 """
-import os
 import sys
+
+from ._env import switch
 
 __all__ = ["progress", "bars_wanted"]
 
@@ -36,13 +37,16 @@ def bars_wanted(enabled=True):
         False when ``enabled`` is False or ``MXMIXED_PROGRESS=0``; True when
         ``MXMIXED_PROGRESS=1``; otherwise whether ``sys.stderr`` is a terminal or a Jupyter
         kernel's stream.
+
+    Raises
+    ------
+    ValueError
+        When ``MXMIXED_PROGRESS`` is set to anything but 0 or 1 (one line).
     """
     if not enabled:
         return False
-    setting = os.environ.get(ENV, "").strip()
-    if setting in ("0", "1"):
-        return setting == "1"
-    return _interactive(sys.stderr)
+    setting = switch(ENV)
+    return _interactive(sys.stderr) if setting is None else setting
 
 
 def progress(iterable=None, enabled=True, widget=True, **kwargs):

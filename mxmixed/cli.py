@@ -11,6 +11,7 @@ import os
 import re
 import sys
 
+from ._env import environment_error
 from ._preflight import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED,
                          EXIT_WRITE_FAILED, CLIError, check_memory, check_out_prefix,
                          estimate_convert_memory, prepare_out_dir)
@@ -533,6 +534,9 @@ def main(argv=None):
         return stop.code if isinstance(stop.code, int) else EXIT_OK
     if not getattr(args, "func", None):
         parser.print_help()
+        return EXIT_USAGE
+    if environment_error():  # a bad MXMIXED_* value: one line, before any work
+        print("mxmixed %s: error: %s" % (args.command, environment_error()), file=sys.stderr)
         return EXIT_USAGE
     stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     stderr, sys.stderr = sys.stderr, _Printable(sys.stderr)

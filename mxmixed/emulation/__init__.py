@@ -57,6 +57,7 @@ import contextlib
 import logging
 from typing import Iterator
 
+from .._env import check as check_environment
 from .._state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
@@ -99,6 +100,7 @@ def enable(mode: str = "on") -> bool:
     """
     if mode not in ("on", "auto"):
         raise ValueError("mode must be 'on' or 'auto', got %r" % (mode,))
+    check_environment()  # a bad MXMIXED_* value is one line now, not a traceback mid-run
     if mode == "auto" and gpu_visible():
         if not EMULATION.active:
             EMULATION.mode = "auto"

@@ -26,6 +26,7 @@ the graph is left as it is: the same bits, in two passes.
 import ast
 import os
 
+from .._env import switch
 from .._graph import Rebuild
 from ._round16 import round16_op
 
@@ -34,7 +35,7 @@ __all__ = ["carry_float32", "carry_enabled"]
 
 def carry_enabled():
     """Whether the carry pass runs (``MXMIXED_EMULATION_CARRY=0`` switches it off)."""
-    return os.environ.get("MXMIXED_EMULATION_CARRY", "1") != "0"
+    return switch("MXMIXED_EMULATION_CARRY")
 
 
 def _cast_to(node, dtype):

@@ -13,32 +13,59 @@ the compiler and the CPU, and loaded with ``mx.library.load``. When no compiler 
 the build or load fails, :func:`round16_op` returns None once a warning has said why, and the
 graph pass keeps the cast pair: the same bits, two passes.
 
+By default the op then gets a second compute (``_ext/round16_onednn.cc``) that rounds
+oneDNN's blocked arrays in their own layout (:func:`keep_layouts`);
+``MXMIXED_EMULATION_KEEP_LAYOUTS=0`` keeps the plain compute, which reproduces results
+recorded before this became the default.
+
+A library is loaded only when it is whole and ours. The cache folder must belong to this
+user and be writable by nobody else (else the library is built in a private temporary folder,
+with a warning; the default folder of this user only loses its group and other write bits).
+Each build records the library's size and sha256 beside it (``<name>.so.sha256``, written
+after the library is complete; the library itself is compiled under a temporary name and
+renamed); before loading, the file must be a regular file of this user, writable by nobody
+else, and match its record. A library that does not (truncated, replaced, unrecorded) is
+rebuilt, with a warning when it was damaged; if it cannot be, the emulation falls back with
+one warning.
+
 .. note::
    The library is loaded with MXNet's ``MXLoadLib`` C call, not ``mx.library.load``: the
    latter regenerates every ``mx.nd`` / ``mx.sym`` operator function, which silently drops
    ``mxnet.contrib.amp``'s casting wrappers and the emulation's own. The op is only used
    inside graphs (by name in the JSON), so it needs no Python function.
 """
+import atexit
 import ctypes
+import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 
 import mxnet as mx
 
-__all__ = ["OP", "round16_op", "build", "load", "keep_layouts",
+from .._env import CACHE_DIR, cache_dir, switch
+
+__all__ = ["OP", "MXNET_RELEASE", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
+#: The MXNet release whose internals ``round16_onednn.cc`` reads (``MKLDNNMemory``).
+MXNET_RELEASE = ("1.9.1", 10901)
 _EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
 SOURCE = os.path.join(_EXT, "round16.cc")
 LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
 KERNEL = os.path.join(_EXT, "round16_kernel.h")
 _LOG = logging.getLogger("mxmixed.emulation")
 _STATE = {"tried": False, "op": None, "why": "not built yet", "layout_library": None}
+# folders refused this process -> the private folder built into instead
+_PRIVATE = {}
+# the size of a library's record; anything larger is not one
+_RECORD_LIMIT = 4096
 
 
 def _mxnet_dir():
@@ -57,15 +84,121 @@ def _cpu_flags():
 
 
 def _cache_dir():
-    return os.environ.get("MXMIXED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "mxmixed")
+    return cache_dir()
+
+
+def _not_ours(info, what):
+    """Why a file or folder of this ``os.stat`` result is not safe to trust, or None."""
+    if info.st_uid != os.geteuid():
+        return "%s belongs to uid %d, not to this user (uid %d)" % (what, info.st_uid,
+                                                                    os.geteuid())
+    if info.st_mode & 0o022:
+        return "%s is writable by %s (mode %03o)" % (
+            what, "group and others" if info.st_mode & 0o022 == 0o022 else
+            "its group" if info.st_mode & 0o020 else "others", info.st_mode & 0o777)
+    return None
+
+
+def _folder_problem(folder, tighten=False):
+    """Create ``folder`` (mode 700) if missing; say why it is not safe to build in, or None.
+
+    With ``tighten`` (the default folder, which earlier versions made with the umask's mode), a
+    folder of this user that its group or others can write loses those bits instead: files
+    others may have put there are refused one by one, as not this user's.
+    """
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.stat(folder)
+        if tighten and info.st_uid == os.geteuid() and info.st_mode & 0o022:
+            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+            info = os.stat(folder)
+    except OSError as err:
+        return "the cache folder %s cannot be used (%s)" % (folder, err.strerror or err)
+    if not stat.S_ISDIR(info.st_mode):
+        return "the cache folder %s is not a folder" % folder
+    return _not_ours(info, "the cache folder %s" % folder)
+
+
+def _read_own(path, limit=None):
+    """The bytes of ``path``, a regular file of this user that nobody else can write (no link).
+
+    Raises
+    ------
+    OSError
+        When it is missing or cannot be read.
+    ValueError
+        When it is not such a file, or larger than ``limit`` (one line).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("%s is not a regular file" % path)
+        problem = _not_ours(info, path)
+        if problem:
+            raise ValueError(problem)
+        if limit is not None and info.st_size > limit:
+            raise ValueError("%s is %d bytes, more than a record" % (path, info.st_size))
+        return handle.read()
+
+
+def _record_of(path):
+    return path + ".sha256"
+
+
+def _damage(path):
+    """Why the library at ``path`` must not be loaded: None when whole and ours, "" when it or its
+    record is simply missing (never built here), else what is wrong in one phrase."""
+    if not os.path.lexists(path) or not os.path.lexists(_record_of(path)):
+        return ""
+    try:
+        record = json.loads(_read_own(_record_of(path), _RECORD_LIMIT).decode())
+        size, digest = int(record["size"]), str(record["sha256"])
+        data = _read_own(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return str(err)
+    if len(data) != size:
+        return "%s is %d bytes, and its build recorded %d" % (path, len(data), size)
+    if hashlib.sha256(data).hexdigest() != digest:
+        return "%s does not match the sha256 its build recorded" % path
+    return None
+
+
+def _write_own(path, data, mode):
+    """Write ``data`` to ``path`` whole: a temporary file in the same folder, then a rename."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _private_folder(refused, why):
+    """A folder of this process only, for a library that ``refused`` may not hold (one warning)."""
+    if refused not in _PRIVATE:
+        folder = tempfile.mkdtemp(prefix="mxmixed-round16-")
+        atexit.register(shutil.rmtree, folder, True)
+        _PRIVATE[refused] = folder
+        _LOG.warning("mxmixed.emulation: %s; the float16 rounding library is built in a "
+                     "private temporary folder instead (%s), each time a process needs it.",
+                     why, folder)
+    return _PRIVATE[refused]
 
 
 def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
-    """Compile ``sources`` into ``target_dir`` unless a build of the same inputs is there.
+    """The path of a library built from ``sources``, whole and ours, in ``target_dir``.
 
     The file's name holds a hash of the sources, the ``keyed`` files, ``key_text``, the flags,
-    the compiler and the CPU's flags.
+    the compiler and the CPU's flags. A library already there is used when it matches the
+    size and sha256 recorded at its build; else it is built again (a warning says when one was
+    there but damaged). A folder of another user, or one that others can write, is not built
+    in: a private temporary folder is (one warning).
     """
     cxx = cxx or os.environ.get("CXX") or "g++"
     compiler = shutil.which(cxx)
@@ -77,12 +210,37 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
             key.update(handle.read())
     for text in (compiler, _cpu_flags(), " ".join(flags), key_text):
         key.update(text.encode())
-    target_dir = target_dir or _cache_dir()
+    default = target_dir is None and not os.environ.get(CACHE_DIR)
+    target_dir = os.path.abspath(target_dir or _cache_dir())
+    problem = _folder_problem(target_dir, tighten=default)
+    if problem:
+        target_dir = _private_folder(target_dir, problem)
     path = os.path.join(target_dir, "%s-%s.so" % (prefix, key.hexdigest()[:16]))
-    if os.path.exists(path):
-        return path
-    os.makedirs(target_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target_dir)
+    lock = os.open(os.path.join(target_dir, ".round16.lock"),
+                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; none sees another half-done
+        damage = _damage(path)
+        if damage is None:
+            return path
+        try:
+            _build_into(path, compiler, cxx, sources, flags)
+        except RuntimeError as err:
+            if damage:
+                raise RuntimeError("the cached library is damaged or not ours (%s), and "
+                                   "rebuilding it failed: %s" % (damage, err)) from None
+            raise
+        if damage:
+            _LOG.warning("mxmixed.emulation: the cached float16 rounding library was damaged "
+                         "or not ours (%s); it was rebuilt.", damage)
+    finally:
+        os.close(lock)
+    return path
+
+
+def _build_into(path, compiler, cxx, sources, flags):
+    """Compile under a temporary name, record size and sha256, then rename into ``path``."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
     os.close(fd)
     try:
         proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
@@ -90,11 +248,15 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))
+        os.chmod(tmp, 0o755)
+        with open(tmp, "rb") as handle:
+            data = handle.read()
+        record = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        _write_own(_record_of(path), (json.dumps(record) + "\n").encode(), 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return path
 
 
 def build(target_dir=None, cxx=None, layouts=False):
@@ -115,12 +277,15 @@ def build(target_dir=None, cxx=None, layouts=False):
     Returns
     -------
     str
-        The path of the shared library.
+        The path of the shared library, checked whole and ours (see the module's notes); in a
+        private temporary folder when ``target_dir`` is not safe to build in.
 
     Raises
     ------
     RuntimeError
         When the compiler is missing or the build fails (the compiler's last lines).
+    ValueError
+        When ``MXMIXED_CACHE_DIR`` is not an absolute path.
     """
     include = os.path.join(_mxnet_dir(), "include")
     if not layouts:
@@ -128,14 +293,14 @@ def build(target_dir=None, cxx=None, layouts=False):
         return _compile("round16", [SOURCE, lib_api],
                         [KERNEL, os.path.join(include, "mxnet", "lib_api.h")],
                         ["-I" + include], target_dir, cxx)
-    stat = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
+    libmxnet = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",
              "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
              "-DDMLC_USE_CXX11=1", "-I" + include, "-I" + os.path.join(include, "mkldnn"),
              "-L" + _mxnet_dir(), "-l:libmxnet.so", "-Wl,-rpath," + _mxnet_dir(),
              "-Wno-deprecated-declarations", "-Wno-attributes"]
     return _compile("round16-onednn", [LAYOUT_SOURCE], [KERNEL], flags, target_dir, cxx,
-                    key_text="libmxnet.so %d %d" % (stat.st_size, stat.st_mtime_ns))
+                    key_text="libmxnet.so %d %d" % (libmxnet.st_size, libmxnet.st_mtime_ns))
 
 
 def load(path):
@@ -144,17 +309,42 @@ def load(path):
                                               mx.base.mx_uint(0)))
 
 
+def _mxnet_version():
+    """MXNet's version as its Python package and its loaded ``libmxnet.so`` give it."""
+    number = ctypes.c_int()
+    mx.base.check_call(mx.base._LIB.MXGetVersion(ctypes.byref(number)))
+    return mx.__version__, number.value
+
+
 def keep_layouts(path):
     """Give the loaded op and its backward the oneDNN-layout compute of the library at ``path``.
+
+    The compute reads MXNet 1.9.1's internal ``MKLDNNMemory`` through a copy of its struct, so
+    it is installed only when MXNet is that release (its Python package, its ``libmxnet.so``
+    and the headers the library was built with) and the library's probe reads an array whose
+    layout MXNet itself set back as expected.
 
     Raises
     ------
     RuntimeError
-        When MXNet was built without oneDNN, or the library refuses (which step failed).
+        When MXNet was built without oneDNN, is another release, or the library refuses
+        (which check or step failed). Nothing is installed then.
     """
     if not mx.runtime.Features().is_enabled("MKLDNN"):
         raise RuntimeError("this MXNet has no oneDNN")
+    python, native = _mxnet_version()
+    if (python, native) != MXNET_RELEASE:
+        raise RuntimeError("the oneDNN-layout compute reads MXNet %s's internals, and this is "
+                           "MXNet %s (libmxnet.so %d)" % (MXNET_RELEASE[0], python, native))
     library = ctypes.CDLL(os.path.abspath(path))
+    headers = library.mxmixed_round16_headers_version()
+    if headers != MXNET_RELEASE[1]:
+        raise RuntimeError("%s was built against MXNet headers %d, not %d" % (
+            path, headers, MXNET_RELEASE[1]))
+    failed = library.mxmixed_round16_probe()
+    if failed:
+        raise RuntimeError("%s reads oneDNN arrays differently from this libmxnet.so (probe "
+                           "check %d failed)" % (path, failed))
     for name in (OP, "_backward_" + OP):
         failed = library.mxmixed_round16_keep_layouts(name.encode())
         if failed:
@@ -182,11 +372,16 @@ def round16_op():
     Returns
     -------
     str or None
+
+    Raises
+    ------
+    ValueError
+        When ``MXMIXED_EMULATION_KEEP_LAYOUTS`` or ``MXMIXED_CACHE_DIR`` has a bad value (one
+        line), before anything is built.
     """
     if not _STATE["tried"]:
-        keep = os.environ.get("MXMIXED_EMULATION_KEEP_LAYOUTS", "0") or "0"
-        if keep not in ("0", "1"):
-            raise ValueError("MXMIXED_EMULATION_KEEP_LAYOUTS must be 0 or 1, not %r" % keep)
+        keep = switch("MXMIXED_EMULATION_KEEP_LAYOUTS")
+        _cache_dir()  # a bad MXMIXED_CACHE_DIR is one line, not a fallback
         _STATE["tried"] = True
         try:
             load(build())
@@ -195,19 +390,22 @@ def round16_op():
             _STATE["why"] = _one_line(err)
             _LOG.warning("mxmixed.emulation: the one-pass float16 rounding op is unavailable "
                          "(%s); float16 values between emulated ops are rounded with a cast "
-                         "pair instead (the same bits, slower).", _STATE["why"])
+                         "pair instead (slower; the results of "
+                         "MXMIXED_EMULATION_KEEP_LAYOUTS=0).", _STATE["why"])
             return None
-        if keep == "0":
+        if not keep:
             layouts = "plain layouts"
+        elif not mx.runtime.Features().is_enabled("MKLDNN"):
+            layouts = "plain layouts (this MXNet has no oneDNN)"
         else:
             try:
                 keep_layouts(build(layouts=True))
                 layouts = "keeps oneDNN layouts"
             except Exception as err:  # noqa: BLE001 - any failure keeps the plain compute
                 layouts = "plain layouts (%s)" % _one_line(err)
-                _LOG.warning("mxmixed.emulation: MXMIXED_EMULATION_KEEP_LAYOUTS=1, but the "
-                             "rounding op cannot keep oneDNN layouts (%s); it keeps plain "
-                             "layouts instead (the default emulation, slower).", _one_line(err))
+                _LOG.warning("mxmixed.emulation: the float16 rounding op cannot keep oneDNN "
+                             "layouts (%s); it rounds in plain layout instead (slower; the "
+                             "results of MXMIXED_EMULATION_KEEP_LAYOUTS=0).", _one_line(err))
         _STATE["why"] = "built and loaded; " + layouts
     return _STATE["op"]
 

@@ -8,8 +8,13 @@
 // does, marks them oneDNN-aware (so MXNet stops reordering their inputs) and drops the
 // resources the extension dispatcher asked for. Every element is rounded by the same kernel
 // (round16_kernel.h), padding included (zero stays zero). What changes is the layout the next
-// op reads, and oneDNN's BatchNorm gives other float32 bits on the blocked layout than on the
-// plain one: mxmixed installs this only on request (MXMIXED_EMULATION_KEEP_LAYOUTS=1).
+// op reads: oneDNN's BatchNorm gives other float32 bits on the blocked layout than on the
+// plain one. mxmixed installs this by default; MXMIXED_EMULATION_KEEP_LAYOUTS=0 leaves the
+// plain compute (the results recorded before it was the default).
+//
+// Only 4-D arrays (2-D convolutions' NCHW) keep their layout. MXNet's oneDNN BatchNorm reads a
+// 3-D or 5-D input (Conv1D, Conv3D) through a 4-D reshape, a view, and a view of a blocked
+// array fails its "Check failed: !is_view"; those arrays are rounded in plain layout.
 //
 // It is built against the MXNet wheel's own C++ headers and libmxnet.so, which is how
 // MXNet's operators themselves are written, with two things the headers do not promise:
@@ -17,9 +22,12 @@
 //   of GCC 4.8, which built the 1.9.1 wheels); newer libstdc++ passes them by reference.
 //   probe_convention() asks libmxnet.so which it does, and the functions handed to it are
 //   built for that convention (Compatible).
-// - the layout of a oneDNN array (MKLDNNMemory, in MXNet's sources, not its headers) is read
-//   through OneDnnMemory below, and checked against the array's shape and type before use;
-//   anything unexpected takes the plain path.
+// - the layout of a oneDNN array (MKLDNNMemory, in MXNet 1.9.1's sources, not its headers) is
+//   read through OneDnnMemory below. mxmixed_round16_probe() checks that copy against the
+//   loaded libmxnet.so before anything is installed: MXNet itself gives an array a known
+//   blocked layout, and the copy must read back that layout, its size and its buffer. Each
+//   use also checks it against the array's shape and type; anything unexpected takes the
+//   plain path.
 // A libmxnet.so built with the other std::string ABI fails to load this library (undefined
 // symbols), and mxmixed keeps the extension op's plain-layout compute.
 #include <bits/stdc++.h>  // every standard header, before the access change below
@@ -76,22 +84,24 @@ Convention probe_convention() {
   return g_convention;
 }
 
-// MXNet 1.9's MKLDNNMemory (src/operator/nn/mkldnn/mkldnn_base-inl.h).
+// MXNet 1.9.1's MKLDNNMemory (src/operator/nn/mkldnn/mkldnn_base-inl.h).
 struct OneDnnMemory {
   std::shared_ptr<mkldnn::memory> mem;
+#ifdef MXMIXED_ROUND16_TEST_MISREAD  // tests only: a copy that disagrees with MXNet's
+  char misread[MXMIXED_ROUND16_TEST_MISREAD];
+#endif
   mkldnn::memory::desc desc;
   size_t size;
 };
 
-// The blocked buffer of x when it is a whole, unpadded float32 oneDNN array; else null.
+// The blocked buffer of x when it is a whole, unpadded, 4-D float32 oneDNN array; else null.
 const OneDnnMemory* blocked(const NDArray& x) {
   if (!x.IsMKLDNNData() || x.IsView() || x.dtype() != mshadow::kFloat32) return nullptr;
+  if (x.shape().ndim() != 4) return nullptr;  // 3-D, 5-D: BatchNorm would read a view of it
   const OneDnnMemory* m = reinterpret_cast<const OneDnnMemory*>(x.ptr_->mkl_mem_.get());
   if (m == nullptr) return nullptr;
   const mkldnn_memory_desc_t& d = m->desc.data;
-  if (d.data_type != mkldnn_f32 || d.offset0 != 0 ||
-      d.ndims != static_cast<int>(x.shape().ndim()))
-    return nullptr;
+  if (d.data_type != mkldnn_f32 || d.offset0 != 0 || d.ndims != 4) return nullptr;
   for (int i = 0; i < d.ndims; ++i)
     if (d.dims[i] != x.shape()[i] || d.padded_dims[i] != x.shape()[i]) return nullptr;
   if (m->size != x.shape().Size() * sizeof(float)) return nullptr;
@@ -145,6 +155,57 @@ bool set_attribute(const nnvm::Op* op, const std::string& key, const T& value,
   return done;
 }
 }  // namespace
+
+// The MXNET_VERSION of the headers this library was built against (10901 for 1.9.1).
+extern "C" int mxmixed_round16_headers_version() { return MXNET_VERSION; }
+
+// 0 when OneDnnMemory reads what the loaded libmxnet.so writes; else which check failed.
+// MXNet's own NDArray::CreateMKLDNNData gives a 2x32x3x5 float32 array oneDNN's blocked
+// nChw16c layout, described here field by field (oneDNN's functions are not exported by
+// libmxnet.so); read through OneDnnMemory, the array must hold that descriptor, its byte size
+// and the oneDNN memory MXNet returned (compared as an address, never followed), and
+// blocked() must accept it. Only values are compared, so a copy that disagrees with MXNet's
+// gives a refusal, not a crash.
+extern "C" int mxmixed_round16_probe() {
+  try {
+    const int64_t dims[4] = {2, 32, 3, 5};
+    const int64_t strides[4] = {2 * 3 * 5 * 16, 3 * 5 * 16, 5 * 16, 16};  // N, C/16, H, W
+    mkldnn_memory_desc_t want;
+    std::memset(&want, 0, sizeof(want));
+    want.ndims = 4;
+    want.data_type = mkldnn_f32;
+    want.format_kind = mkldnn_blocked;
+    for (int i = 0; i < 4; ++i) {
+      want.dims[i] = want.padded_dims[i] = dims[i];
+      want.format_desc.blocking.strides[i] = strides[i];
+    }
+    want.format_desc.blocking.inner_nblks = 1;
+    want.format_desc.blocking.inner_blks[0] = 16;
+    want.format_desc.blocking.inner_idxs[0] = 1;
+    NDArray probe(mxnet::TShape(mshadow::Shape4(2, 32, 3, 5)), mxnet::Context::CPU(), false,
+                  mshadow::kFloat32);
+    const mkldnn::memory* made = probe.CreateMKLDNNData(mkldnn::memory::desc(want));
+    if (made == nullptr || !probe.IsMKLDNNData()) return 1;
+    const auto* m = reinterpret_cast<const OneDnnMemory*>(probe.ptr_->mkl_mem_.get());
+    if (m == nullptr) return 2;
+    if (m->mem.get() != made) return 3;
+    if (m->size != 2 * 32 * 3 * 5 * sizeof(float)) return 4;
+    const mkldnn_memory_desc_t& got = m->desc.data;
+    if (got.ndims != 4 || got.data_type != mkldnn_f32 || got.offset0 != 0 ||
+        got.format_kind != mkldnn_blocked || got.format_desc.blocking.inner_nblks != 1 ||
+        got.format_desc.blocking.inner_blks[0] != 16 ||
+        got.format_desc.blocking.inner_idxs[0] != 1)
+      return 5;
+    for (int i = 0; i < 4; ++i)
+      if (got.dims[i] != dims[i] || got.padded_dims[i] != dims[i] ||
+          got.format_desc.blocking.strides[i] != strides[i])
+        return 6;
+    if (blocked(probe) != m) return 7;
+    return 0;
+  } catch (...) {
+    return 8;
+  }
+}
 
 // 0 when the op named keeps oneDNN layouts from now on; else which step failed.
 extern "C" int mxmixed_round16_keep_layouts(const char* name) {
