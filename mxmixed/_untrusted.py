@@ -1,12 +1,17 @@
 """Files from someone else, looked at before a parser sees them: nothing runs, nothing explodes.
 
 :func:`check_json_depth` refuses JSON nested deeper than a limit (Python's parser recurses once
-per level and ends in a ``RecursionError``), in time linear in the text. :func:`check_nd_bytes`
-walks a file in the format of ``mx.nd.save`` exactly as MXNet 1.9.1 reads it and refuses
-anything MXNet would crash on, refuse, or allocate more than the file holds for.
-:func:`nd_bytes` writes that format in memory. Every refusal is an :class:`UnsafeFileError` of
-one line that names the file and what is wrong.
+per level and ends in a ``RecursionError``), in time linear in the text. :func:`check_graph`
+walks an MXNet graph (a ``-symbol.json``, parsed with :func:`json_object_pairs`) before
+``mx.sym.load_json`` sees it: only ops of MXNet's registry that run no code named by the file,
+every edge and head within its node's outputs, and caps on the attributes that size MXNet's
+allocations. :func:`check_nd_bytes` walks a file in the format of ``mx.nd.save`` exactly as
+MXNet 1.9.1 reads it and refuses anything MXNet would crash on, refuse, or allocate more than
+the file holds for. :func:`nd_bytes` writes that format in memory. Every refusal is an
+:class:`UnsafeFileError` of one line that names the file and what is wrong.
 """
+import ctypes
+import functools
 import re
 import struct
 
@@ -14,7 +19,9 @@ import numpy as np
 
 import mxnet as mx
 
-__all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "check_nd_bytes", "nd_bytes"]
+__all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "json_object_pairs",
+           "MAX_GRAPH_BYTES", "MAX_GRAPH_NODES", "MAX_COUNT_ATTR", "DENIED_OPS", "graph_outputs_limit",
+           "check_graph", "check_nd_bytes", "nd_bytes"]
 
 
 class UnsafeFileError(ValueError):
@@ -63,6 +70,305 @@ def check_json_depth(text, source, limit=MAX_JSON_DEPTH):
     if depth > limit:
         raise UnsafeFileError("%s nests JSON %d levels deep, more than the limit of %d; "
                               "refusing to parse it" % (source, depth, limit))
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def json_object_pairs(pairs):
+    """An ``object_pairs_hook`` for :func:`json.loads` that refuses a key given twice.
+
+    Python keeps the last value of a repeated key and MXNet's reader may keep another one: a
+    graph checked in one reading and loaded in the other would not be the graph checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the key (the caller adds the file).
+    """
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey("the key %r is given twice in one object" % key[:80])
+            seen.add(key)
+    return result
+
+
+# ------------------------------------------------------------------ graphs (-symbol.json)
+MAX_GRAPH_BYTES = 32 << 20
+"""The largest ``-symbol.json`` read (32 MiB; a ResNet-152 is 0.3 MB, a BERT-large 2 MB)."""
+
+MAX_GRAPH_NODES = 200_000
+"""The most nodes in a graph, its subgraphs included (a BERT-large has about 5,000)."""
+
+MAX_COUNT_ATTR = 4096
+"""The largest value of an attribute that sets how many outputs or inputs a node has: MXNet
+allocates that many entries when it loads the node, whatever the file's size (a 1.4 KB file
+with ``num_outputs=2e8`` needs more than 4 GB). A real split has one output per time step or
+per group (tens to hundreds); an ``add_n`` or ``Concat`` a few hundred inputs at most."""
+
+# The attributes that size a node's outputs or inputs, found by setting every integer attribute
+# of every op of MXNet 1.9.1's registry to 3000 and counting the outputs MXNet then makes
+# (tests/test_untrusted_graphs.py repeats that scan): an integer ...
+_COUNT_ATTRS = ("num_outputs",  # SliceChannel/split, amp_multicast, _foreach, _while_loop, _cond
+                "sections",  # _split_v2, _npi_split, _npi_hsplit, _npi_dsplit
+                "num_weights",  # multi_sgd_update and the other multi-tensor optimizer ops
+                "num_tensors",  # _multi_lamb_update, _multi_mp_lamb_update
+                "num_arrays",  # multi_sum_sq, multi_all_finite, reset_arrays
+                "num_args",  # Concat, add_n, stack, _np_atleast_*d (one output per input), ...
+                "num_out_data")  # _foreach, _while_loop
+# ... or a tuple, one output per element
+_COUNT_TUPLE_ATTRS = ("indices",)  # _split_v2, _npi_split, _npi_hsplit, _npi_dsplit
+
+DENIED_OPS = {
+    # a raw memory address in the `info` attribute, which MXNet calls (a file picks the address)
+    "_Native": "calls the function at the memory address in its 'info' attribute",
+    "_NDArray": "calls the function at the memory address in its 'info' attribute",
+    # Python code registered in this process under the name the file gives
+    "Custom": "runs the Python operator registered under its 'op_type'",
+    "_npi_Custom": "runs the Python operator registered under its 'op_type'",
+    "_CustomFunction": "calls back into an autograd.Function of the process that recorded it",
+    # graphs executed by a node: built inside a process, never written by export or save
+    "_CachedOp": "builds an executor of a graph held by the process that made it",
+    "_CachedOpThreadSafe": "builds an executor of a graph held by the process that made it",
+    # the machine's files
+    "_cvimread": "reads the file that its 'filename' attribute names",
+    "_npi_cvimread": "reads the file that its 'filename' attribute names",
+}
+"""Ops of MXNet's registry that a graph from someone else may not use, with the reason. Also
+refused: every ``_backward_*`` op (made by autograd inside a process, never saved) and every
+``_sg_*`` op (a fusion made by a backend pass inside a process: ``_sg_mkldnn_fully_connected``
+without its subgraph crashes MXNet)."""
+_DENIED_PREFIXES = {
+    "_backward_": "is a gradient op made by autograd inside a process, never saved",
+    "_sg_": "is a fusion made by a backend pass inside a process (one without its subgraph "
+            "crashes MXNet)",
+}
+_SUBGRAPH_OPS = ("_foreach", "_while_loop", "_cond")
+_HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
+_PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
+_TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
+
+
+def graph_outputs_limit(nbytes):
+    """The most outputs (all nodes together) a graph of ``nbytes`` bytes may have.
+
+    MXNet spends about 150 bytes on each output it loads; a real graph has one or two outputs
+    per node, and every node takes at least 30 bytes of JSON. 65,536 plus one output per 16
+    bytes of the file keeps MXNet's loading under about 10 times the file's size (plus 10 MB).
+    """
+    return 65536 + nbytes // 16
+
+
+@functools.lru_cache(maxsize=None)
+def _registry():
+    size = mx.base.mx_uint()
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    mx.base.check_call(mx.base._LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
+    return frozenset(mx.base.py_str(names[i]) for i in range(size.value))
+
+
+def _op_handle(op):
+    handle = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(op), ctypes.byref(handle)))
+    return handle.value
+
+
+@functools.lru_cache(maxsize=None)
+def _denied_handles():
+    """The refused ops by their registry entry, so that an alias (``_npi_Custom``) is refused
+    with the op it names."""
+    return {_op_handle(op): why for op, why in DENIED_OPS.items() if op in _registry()}
+
+
+def _denied(op):
+    """Why ``op`` is refused, or None."""
+    if op not in _registry():
+        return "is not an op of this MXNet"
+    for prefix, why in _DENIED_PREFIXES.items():
+        if op.startswith(prefix):
+            return why
+    return DENIED_OPS.get(op) or _denied_handles().get(_op_handle(op))
+
+
+def _op_outputs(op, attrs):
+    """How many outputs (hidden ones included) MXNet gives a node of ``op`` with ``attrs`` (a
+    sorted tuple of pairs whose counts are already capped): an atomic symbol of the op alone
+    asked for its internals, so that nothing but the op's own attribute parser runs."""
+    handle = ctypes.c_void_p(_op_handle(op))
+    keys = [k for k, _ in attrs]
+    vals = [v for _, v in attrs]
+    sym = mx.base.SymbolHandle()
+    mx.base.check_call(mx.base._LIB.MXSymbolCreateAtomicSymbol(
+        handle, mx.base.mx_uint(len(keys)), mx.base.c_str_array(keys), mx.base.c_str_array(vals),
+        ctypes.byref(sym)))
+    internals = mx.sym.Symbol(sym).get_internals()
+    count = mx.base.mx_uint()
+    mx.base.check_call(mx.base._LIB.MXSymbolGetNumOutputs(internals.handle, ctypes.byref(count)))
+    return count.value
+
+
+class _GraphWalk:
+    """One walk over a graph and its subgraphs; ``bad`` makes the one-line refusal."""
+
+    def __init__(self, source, nbytes):
+        self.source, self.nodes, self.outputs = source, 0, 0
+        self.max_outputs = graph_outputs_limit(nbytes)
+        self.known = {}  # (op, attrs) -> outputs, for this file only
+
+    def bad(self, detail):
+        return UnsafeFileError("%s is refused: %s" % (self.source, detail))
+
+    def entry(self, value, counts, where):
+        """An edge or head ``[node, output, version]`` within the nodes before it."""
+        if not (isinstance(value, list) and len(value) in (2, 3)
+                and all(type(v) is int for v in value)):
+            raise self.bad("%s is not [node, output, version]" % where)
+        node, index = value[0], value[1]
+        if not 0 <= node < len(counts):
+            raise self.bad("%s names node %d, which is not before it (%d nodes)"
+                           % (where, node, len(counts)))
+        if not 0 <= index < counts[node]:
+            raise self.bad("%s names output %d of node %d, which has %d output(s)"
+                           % (where, index, node, counts[node]))
+        if len(value) == 3 and not 0 <= value[2] < 2 ** 31:
+            raise self.bad("%s has the version %d" % (where, value[2]))
+
+    def attrs(self, node, where):
+        """The node's attributes as MXNet reads them (one of 'attrs', 'attr', 'param')."""
+        given = [key for key in ("attrs", "attr", "param") if key in node]
+        if len(given) > 1:
+            raise self.bad("%s has both %s (MXNet reads only one)" % (where, " and ".join(
+                repr(key) for key in given)))
+        attrs = node[given[0]] if given else {}
+        if not isinstance(attrs, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+            raise self.bad("the attributes of %s are not strings" % where)
+        return attrs
+
+    def count_attrs(self, attrs, where):
+        """Cap the attributes that size the node's outputs or inputs."""
+        for key in _COUNT_ATTRS:
+            if key in attrs:
+                value = attrs[key]
+                if not _PLAIN_COUNT.fullmatch(value):
+                    raise self.bad("%s has %s=%r, not a plain count" % (where, key, value[:40]))
+                if int(value) > MAX_COUNT_ATTR:
+                    raise self.bad("%s has %s=%d, more than the limit of %d"
+                                   % (where, key, int(value), MAX_COUNT_ATTR))
+        for key in _COUNT_TUPLE_ATTRS:
+            items = len(_TUPLE_ITEM.findall(attrs.get(key, "")))
+            if items > MAX_COUNT_ATTR:
+                raise self.bad("%s has %d %s, more than the limit of %d"
+                               % (where, items, key, MAX_COUNT_ATTR))
+
+    def outputs_of(self, op, attrs, where):
+        kept = tuple(sorted((k, v) for k, v in attrs.items()
+                            if not (k.startswith("__") or k in _HIDDEN_KEYS)))
+        if (op, kept) in self.known:
+            return self.known[op, kept]
+        try:
+            self.known[op, kept] = _op_outputs(op, kept)
+            return self.known[op, kept]
+        except mx.base.MXNetError as err:
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            raise self.bad("%s: MXNet refuses its attributes: %s"
+                           % (where, lines[-1].strip() if lines else "")) from None
+
+    def graph(self, graph, where=""):
+        """Check one graph (``where`` names a subgraph in messages)."""
+        if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list) \
+                or not isinstance(graph.get("heads"), list):
+            raise self.bad("%sit is not an MXNet graph (no 'nodes' and 'heads')" % where)
+        nodes = graph["nodes"]
+        self.nodes += len(nodes)
+        if self.nodes > MAX_GRAPH_NODES:
+            raise self.bad("it has more than %d nodes" % MAX_GRAPH_NODES)
+        counts = []
+        for index, node in enumerate(nodes):
+            if not isinstance(node, dict) or not isinstance(node.get("op"), str) \
+                    or not isinstance(node.get("name"), str) \
+                    or not isinstance(node.get("inputs", []), list):
+                raise self.bad("%snode %d is not an MXNet node (op, name, inputs)"
+                               % (where, index))
+            op = node["op"]
+            for k, value in enumerate(node.get("inputs", [])):
+                self.entry(value, counts, "%sinput %d of node %d" % (where, k, index))
+            deps = node.get("control_deps", [])
+            if not isinstance(deps, list) or not all(
+                    type(d) is int and 0 <= d < index for d in deps):
+                raise self.bad("%sa control dependency of node %d is not a node before it"
+                               % (where, index))
+            named = "%snode %d (%s)" % (where, index, op)
+            attrs = self.attrs(node, named)
+            if op == "null":
+                if node.get("inputs") or node.get("subgraphs"):
+                    raise self.bad("%snode %d is a variable with inputs" % (where, index))
+                counts.append(1)
+                continue
+            why = _denied(op)
+            if why is not None:
+                raise self.bad("%snode %d (%r) uses the op %s, which %s"
+                               % (where, index, node["name"][:80], op, why))
+            self.count_attrs(attrs, named)
+            subgraphs = node.get("subgraphs", [])
+            if not isinstance(subgraphs, list) or subgraphs and op not in _SUBGRAPH_OPS:
+                raise self.bad("%s carries subgraphs, which only %s do"
+                               % (named, ", ".join(_SUBGRAPH_OPS)))
+            for k, sub in enumerate(subgraphs):
+                self.graph(sub, "%ssubgraph %d of node %d: " % (where, k, index))
+            counts.append(self.outputs_of(op, attrs, named))
+            self.outputs += counts[-1]
+            if self.outputs > self.max_outputs:
+                raise self.bad("its nodes have more than %d outputs in all (65536 and one for "
+                               "every 16 bytes of the file)" % self.max_outputs)
+        for k, value in enumerate(graph["heads"]):
+            self.entry(value, counts, "%shead %d" % (where, k))
+        arg_nodes = graph.get("arg_nodes", [])
+        if not isinstance(arg_nodes, list) or not all(
+                type(n) is int and 0 <= n < len(nodes) and nodes[n]["op"] == "null"
+                for n in arg_nodes):
+            raise self.bad("%sits arg_nodes are not variables of the graph" % where)
+        extra = graph.get("attrs", {})
+        version = extra.get("mxnet_version") if isinstance(extra, dict) else None
+        if not isinstance(extra, dict) or set(extra) - {"mxnet_version"} or (
+                version is not None and not (isinstance(version, list) and len(version) == 2
+                                             and version[0] == "int" and type(version[1]) is int)):
+            raise self.bad("%sits graph attributes are not the mxnet_version MXNet writes"
+                           % where)
+
+
+def check_graph(graph, source, nbytes):
+    """Check an MXNet graph from someone else before ``mx.sym.load_json`` sees it.
+
+    Every op must be in MXNet's registry and not in :data:`DENIED_OPS`; every input edge and
+    head ``[node, output, version]`` must name an earlier node and one of its outputs (MXNet
+    checks node indices but not output indices, and reads past its arrays); the attributes
+    that size a node's outputs or inputs are at most :data:`MAX_COUNT_ATTR`, all outputs
+    together at most :func:`graph_outputs_limit` of the file's size, and the nodes at most
+    :data:`MAX_GRAPH_NODES`. The subgraphs of control-flow ops are checked the same way.
+
+    Parameters
+    ----------
+    graph : dict
+        The parsed JSON (parsed with ``object_pairs_hook=json_object_pairs``).
+    source : str
+        How to name the file in the message (its path).
+    nbytes : int
+        The size of the file.
+
+    Raises
+    ------
+    UnsafeFileError
+        One line naming ``source`` and what is wrong.
+    """
+    walk = _GraphWalk(source, nbytes)
+    if nbytes > MAX_GRAPH_BYTES:
+        raise walk.bad("it has %d bytes, more than the limit of %d" % (nbytes, MAX_GRAPH_BYTES))
+    walk.graph(graph)
 
 
 # ------------------------------------------------------------------ arrays (.params)
