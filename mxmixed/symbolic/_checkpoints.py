@@ -64,6 +64,35 @@ def _read_bytes(path, what, limit=None):
                               % (what, path, err.strerror or err)) from None
 
 
+def _check_prefix(prefix, epoch):
+    """A PREFIX that is a folder, or an epoch without a params file: say what exists."""
+    name = os.path.basename(prefix)
+    if os.path.isdir(prefix):
+        found = sorted(f[:-len("-symbol.json")] for f in _listdir(prefix)
+                       if f.endswith("-symbol.json"))
+        raise ConversionError("PREFIX %r is a folder; give the checkpoint's prefix inside it "
+                              "(its name without -symbol.json), such as %s"
+                              % (prefix, os.path.join(prefix, found[0] if found else "model")))
+    sym_path, params_path = checkpoint_paths(prefix, epoch)
+    if os.path.exists(sym_path) and not os.path.lexists(params_path):
+        pattern = re.compile(re.escape(name) + r"-(\d{4,})\.params")
+        epochs = sorted(int(m.group(1)) for m in map(pattern.fullmatch,
+                                                     _listdir(os.path.dirname(prefix) or "."))
+                        if m)
+        listed = ", ".join(map(str, epochs[:20])) + (", ..." if len(epochs) > 20 else "")
+        raise ConversionError("params file %s does not exist; %s" % (
+            params_path, "epochs with a params file for prefix %r: %s" % (prefix, listed)
+            if epochs else "no params file (%s-EPOCH.params) exists for prefix %r"
+            % (name, prefix)))
+
+
+def _listdir(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
 def _parse_symbol(text, path):
     """The Symbol of a ``-symbol.json`` from someone else: its JSON checked, then its graph
     (:func:`mxmixed._untrusted.check_graph`), before MXNet's loader sees it."""
@@ -140,6 +169,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> 
     """
     if not isinstance(epoch, int) or epoch < 0:
         raise ConversionError("epoch must be a non-negative integer, got %r" % (epoch,))
+    _check_prefix(prefix, epoch)
     sym_path, params_path = checkpoint_paths(prefix, epoch)
     sym = _parse_symbol(_read_bytes(sym_path, "symbol", MAX_GRAPH_BYTES), sym_path)
     data = _read_bytes(params_path, "params")
