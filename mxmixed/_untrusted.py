@@ -134,9 +134,13 @@ DENIED_OPS = {
     # graphs executed by a node: built inside a process, never written by export or save
     "_CachedOp": "builds an executor of a graph held by the process that made it",
     "_CachedOpThreadSafe": "builds an executor of a graph held by the process that made it",
-    # the machine's files
+    # the machine's files, and OpenCV's image decoders (no model needs them; in a graph from
+    # someone else they would decode bytes that came from its params file)
     "_cvimread": "reads the file that its 'filename' attribute names",
     "_npi_cvimread": "reads the file that its 'filename' attribute names",
+    "_cvimdecode": "decodes image file bytes with OpenCV, which no model needs",
+    "_npi_cvimdecode": "decodes image file bytes with OpenCV, which no model needs",
+    "_imdecode": "decodes image file bytes with OpenCV, which no model needs",
 }
 """Ops of MXNet's registry that a graph from someone else may not use, with the reason. Also
 refused: every ``_backward_*`` op (made by autograd inside a process, never saved) and every
@@ -266,8 +270,10 @@ class _GraphWalk:
                                % (where, items, key, MAX_COUNT_ATTR))
 
     def outputs_of(self, op, attrs, where):
+        # hidden attributes (__shape__, lr_mult, fc_weight_lr_mult, ...) are no op's
+        # parameters: the atomic symbol refuses some of them, and none sizes an output
         kept = tuple(sorted((k, v) for k, v in attrs.items()
-                            if not (k.startswith("__") or k in _HIDDEN_KEYS)))
+                            if not (k.startswith("__") or k.endswith(_HIDDEN_KEYS))))
         if (op, kept) in self.known:
             return self.known[op, kept]
         try:

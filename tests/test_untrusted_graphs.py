@@ -109,6 +109,7 @@ REFUSED = dict(CRASHING, **{
     "ndarray-info-address": (_append("_NDArray", info="0x4141414141"), "uses the op _NDArray"),
     "custom-python-op": (_append("Custom", op_type="anything"), "uses the op Custom, which runs"),
     "reads-a-file": (_append("_cvimread", filename="/etc/shadow"), "reads the file"),
+    "decodes-images": (_append("_cvimdecode"), "decodes image file bytes with OpenCV"),
     "gradient-op": (_append("_backward_relu"), "is a gradient op"),
     "unknown-op": (_append("NoSuchOp"), "uses the op NoSuchOp, which is not an op of this MXNet"),
     "native-inside-a-subgraph": (_in_foreach, "subgraph 0 of node 4: node 1 ('nat') uses the "
@@ -259,6 +260,11 @@ def test_graphs_of_real_models_pass_the_check(tmp_path):
     for name, sym in _real_graphs():
         text = sym.tojson()
         check_graph(json.loads(text, object_pairs_hook=json_object_pairs), name, len(text))
+    # hidden attributes on an op node, as old MXNet versions wrote them: not op parameters
+    graph = json.loads(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3).tojson())
+    graph["nodes"][-1]["attrs"].update({"__lr_mult__": "2", "lr_mult": "2", "fc_weight_wd_mult": "0",
+                                        "ctx_group": "dev1"})
+    check_graph(graph, "hidden", 1000)
     amp = mx.sym.amp_multicast(mx.sym.var("a"), mx.sym.var("b"), num_outputs=2)
     check_graph(json.loads(amp.tojson()), "amp_multicast", len(amp.tojson()))
 
