@@ -49,8 +49,10 @@ def _edge(index):
     return change
 
 
-def _head(graph):
-    graph["heads"] = [[3, 7, 0]]
+def _head(index):
+    def change(graph):
+        graph["heads"] = [[3, index, 0]]
+    return change
 
 
 def _split(graph, **attrs):
@@ -89,13 +91,17 @@ def _set(path, value):
     return change
 
 
-# the graphs that crash MXNet, or make it call an address, when it loads them unchecked
+# the graphs that crash MXNet, or make it call an address, when it loads them unchecked; they
+# reach MXNet only in a subprocess. A read just past an array (head [3, 7, 0]) is undefined
+# behaviour that crashes most runs, not all: the unchecked crash is asserted for the others.
+MAY_PASS_UNCHECKED = {"head-to-output-7-of-1"}
 CRASHING = {
     "native-info-address": (_native, "uses the op _Native, which calls the function at the "
                                      "memory address in its 'info' attribute"),
     "edge-to-output-1000000-of-1": (_edge(1000000), "input 0 of node 4 names output 1000000 of "
                                                     "node 3, which has 1 output"),
-    "head-to-output-7-of-1": (_head, "head 0 names output 7 of node 3, which has 1 output"),
+    "head-to-output-7-of-1": (_head(7), "head 0 names output 7 of node 3, which has 1 output"),
+    "head-to-output-1000000-of-1": (_head(1000000), "head 0 names output 1000000 of node 3"),
     "edge-to-output-minus-1": (lambda g: _set(["nodes", 3, "inputs", 0], [0, -1, 0])(g),
                                "names output -1 of node 0"),
     "fusion-op-without-subgraph": (_append("_sg_mkldnn_fully_connected"),
@@ -179,10 +185,11 @@ def test_a_graph_that_crashes_mxnet_makes_convert_exit_2_with_one_line(tmp_path,
     change, match = CRASHING[case]
     prefix = _crafted(tmp_path, change)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    alone = subprocess.run([sys.executable, "-c", _LOAD_UNCHECKED, prefix + "-symbol.json"],
-                           capture_output=True, text=True, env=env, timeout=120)
-    assert alone.returncode < 0 or alone.returncode > 128 or "Segmentation fault" in alone.stderr, \
-        (case, alone.returncode, alone.stderr[-500:])  # the danger the check is for
+    if case not in MAY_PASS_UNCHECKED:  # the danger the check is for
+        alone = subprocess.run([sys.executable, "-c", _LOAD_UNCHECKED, prefix + "-symbol.json"],
+                               capture_output=True, text=True, env=env, timeout=120)
+        assert alone.returncode < 0 or alone.returncode > 128 \
+            or "Segmentation fault" in alone.stderr, (case, alone.returncode, alone.stderr[-500:])
     proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", prefix, "0", "--out",
                            str(tmp_path / "o16")], capture_output=True, text=True, env=env,
                           timeout=120)
