@@ -148,6 +148,18 @@ def test_load_checkpoint_refuses_them_with_a_conversion_error(tmp_path, data, ma
     assert "\n" not in str(info.value) and prefix + "-0000.params" in str(info.value)
 
 
+def _tiny_arrays(count):
+    array = _array([1], type_flag=3, data=b"\0")
+    return _header(count) + array * count + _names(*(b"%06d" % k for k in range(count)))
+
+
+def test_arrays_are_at_most_65536_and_one_per_kib():
+    # each costs MXNet and Python about 950 bytes: 20 times what a one-byte array takes here
+    assert check_nd_bytes(_tiny_arrays(65536 + 2500), "f") == 68036  # a 3.2 MB file
+    _refused(_tiny_arrays(65536 + 4000), r"it declares 69536 arrays in \d+ bytes \(at most 65536 "
+                                         r"and one per KiB\)")
+
+
 def test_a_numpy_shape_file_is_walked_with_numpy_shape_semantics():
     with mx.util.np_shape(True):
         data = nd_bytes({"scalar": mx.nd.ones(()), "a": mx.nd.ones((0, 2))})
