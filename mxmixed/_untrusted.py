@@ -283,8 +283,9 @@ class _GraphWalk:
             return self.known[op, kept]
         except mx.base.MXNetError as err:
             lines = [line for line in str(err).splitlines() if line.strip()]
+            reason = lines[-1].strip() if lines else ""  # it may quote a value from the file
             raise self.bad("%s: MXNet refuses its attributes: %s"
-                           % (where, lines[-1].strip() if lines else "")) from None
+                           % (where, reason if len(reason) <= 200 else reason[:200] + "...")) from None
 
     def graph(self, graph, where=""):
         """Check one graph (``where`` names a subgraph in messages)."""
@@ -310,7 +311,7 @@ class _GraphWalk:
                     type(d) is int and 0 <= d < index for d in deps):
                 raise self.bad("%sa control dependency of node %d is not a node before it"
                                % (where, index))
-            named = "%snode %d (%s)" % (where, index, op)
+            named = "%snode %d (%s)" % (where, index, op[:80])
             attrs = self.attrs(node, named)
             if op == "null":
                 if node.get("inputs") or node.get("subgraphs"):
@@ -320,7 +321,7 @@ class _GraphWalk:
             why = _denied(op)
             if why is not None:
                 raise self.bad("%snode %d (%r) uses the op %s, which %s"
-                               % (where, index, node["name"][:80], op, why))
+                               % (where, index, node["name"][:80], op[:80], why))
             self.count_attrs(attrs, named)
             subgraphs = node.get("subgraphs", [])
             if not isinstance(subgraphs, list) or subgraphs and op not in _SUBGRAPH_OPS:

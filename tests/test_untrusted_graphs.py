@@ -118,6 +118,7 @@ REFUSED = dict(CRASHING, **{
     "decodes-images": (_append("_cvimdecode"), "decodes image file bytes with OpenCV"),
     "gradient-op": (_append("_backward_relu"), "is a gradient op"),
     "unknown-op": (_append("NoSuchOp"), "uses the op NoSuchOp, which is not an op of this MXNet"),
+    "unknown-op-named-by-a-megabyte": (_append("X" * 1_000_000), "uses the op " + "X" * 80 + ","),
     "native-inside-a-subgraph": (_in_foreach, "subgraph 0 of node 4: node 1 ('nat') uses the "
                                               "op _Native"),
     "num-outputs-2e8": (lambda g: _split(g, num_outputs=200000000),
