@@ -1,34 +1,50 @@
 """Files from someone else, looked at before a parser sees them: nothing runs, nothing explodes.
 
 :func:`check_json_depth` refuses JSON nested deeper than a limit (Python's parser recurses once
-per level and ends in a ``RecursionError``); :func:`check_nd_bytes` walks a file in the format of
-``mx.nd.save`` and refuses any array that declares more data than the file holds (MXNet would
-try to allocate it). :func:`nd_bytes` writes that format in memory. Every refusal is an
-:class:`UnsafeFileError` of one line that names the file and the limit.
+per level and ends in a ``RecursionError``), in time linear in the text. :func:`check_graph`
+walks an MXNet graph (a ``-symbol.json``, parsed with :func:`json_object_pairs`) before
+``mx.sym.load_json`` sees it: only ops of MXNet's registry that run no code named by the file,
+every edge and head within its node's outputs, and caps on the attributes that size MXNet's
+allocations. :func:`check_nd_bytes` walks a file in the format of ``mx.nd.save`` exactly as
+MXNet 1.9.1 reads it and refuses anything MXNet would crash on, refuse, or allocate more than
+the file holds for. :func:`nd_bytes` writes that format in memory. Every refusal is an
+:class:`UnsafeFileError` of one line that names the file and what is wrong.
 """
-import itertools
-import math
+import ctypes
+import functools
 import re
 import struct
 
-__all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "check_nd_bytes", "nd_bytes"]
+import numpy as np
+
+import mxnet as mx
+
+__all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "json_object_pairs",
+           "MAX_GRAPH_BYTES", "MAX_GRAPH_NODES", "MAX_COUNT_ATTR", "DENIED_OPS", "graph_outputs_limit",
+           "check_graph", "check_nd_bytes", "nd_bytes"]
 
 
 class UnsafeFileError(ValueError):
     """A file from someone else breaks a limit that is checked before it is parsed."""
 
 
+# ------------------------------------------------------------------ JSON
 MAX_JSON_DEPTH = 100
 """The deepest nesting of arrays and objects accepted in a JSON file from someone else (Python's
 parser recurses once per level; MXNet's symbol files nest 5 deep, checkpoint manifests about 10)."""
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_ESCAPE = re.compile(rb"\\.", re.S)  # a backslash and the character it escapes
+_STRING = re.compile(rb'"[^"]*"')  # a string, once its escapes are gone
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[{]}")
 
 
 def check_json_depth(text, source, limit=MAX_JSON_DEPTH):
     """Refuse JSON text nested deeper than ``limit``, before a recursive parser sees it.
+
+    Linear in the length of the text: three passes that never look back (the escapes, read
+    left to right; the strings, which hold no quote once their escapes are gone; the brackets
+    left, summed as +1 and -1), so that no input makes the check slow.
 
     Parameters
     ----------
@@ -42,19 +58,340 @@ def check_json_depth(text, source, limit=MAX_JSON_DEPTH):
     UnsafeFileError
         One line naming ``source`` and the limit.
     """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "replace")
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    depth = max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    # outside a string a backslash is not JSON: the parser stops there, so dropping it (and
+    # the next character) changes nothing before the point where the parser would stop
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", data)).translate(_BRACKETS, _NOT_BRACKETS)
+    steps = np.frombuffer(brackets, dtype=np.int8)
+    level = depth = 0
+    for start in range(0, steps.size, 1 << 20):  # 8 MB of running sums at a time
+        run = steps[start:start + (1 << 20)].cumsum(dtype=np.int64) + level
+        level, depth = int(run[-1]), max(depth, int(run.max()))
     if depth > limit:
         raise UnsafeFileError("%s nests JSON %d levels deep, more than the limit of %d; "
                               "refusing to parse it" % (source, depth, limit))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def json_object_pairs(pairs):
+    """An ``object_pairs_hook`` for :func:`json.loads` that refuses a key given twice.
+
+    Python keeps the last value of a repeated key and MXNet's reader may keep another one: a
+    graph checked in one reading and loaded in the other would not be the graph checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the key (the caller adds the file).
+    """
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey("the key %r is given twice in one object" % key[:80])
+            seen.add(key)
+    return result
+
+
+# ------------------------------------------------------------------ graphs (-symbol.json)
+MAX_GRAPH_BYTES = 32 << 20
+"""The largest ``-symbol.json`` read (32 MiB; a ResNet-152 is 0.3 MB, a BERT-large 2 MB)."""
+
+MAX_GRAPH_NODES = 200_000
+"""The most nodes in a graph, its subgraphs included (a BERT-large has about 5,000)."""
+
+MAX_COUNT_ATTR = 4096
+"""The largest value of an attribute that sets how many outputs or inputs a node has: MXNet
+allocates that many entries when it loads the node, whatever the file's size (a 1.4 KB file
+with ``num_outputs=2e8`` needs more than 4 GB). A real split has one output per time step or
+per group (tens to hundreds); an ``add_n`` or ``Concat`` a few hundred inputs at most."""
+
+# The attributes that size a node's outputs or inputs, found by setting every integer attribute
+# of every op of MXNet 1.9.1's registry to 3000 and counting the outputs MXNet then makes
+# (tests/test_untrusted_graphs.py repeats that scan): an integer ...
+_COUNT_ATTRS = ("num_outputs",  # SliceChannel/split, amp_multicast, _foreach, _while_loop, _cond
+                "sections",  # _split_v2, _npi_split, _npi_hsplit, _npi_dsplit
+                "num_weights",  # multi_sgd_update and the other multi-tensor optimizer ops
+                "num_tensors",  # _multi_lamb_update, _multi_mp_lamb_update
+                "num_arrays",  # multi_sum_sq, multi_all_finite, reset_arrays
+                "num_args",  # Concat, add_n, stack, _np_atleast_*d (one output per input), ...
+                "num_out_data")  # _foreach, _while_loop
+# ... or a tuple, one output per element
+_COUNT_TUPLE_ATTRS = ("indices",)  # _split_v2, _npi_split, _npi_hsplit, _npi_dsplit
+
+DENIED_OPS = {
+    # a raw memory address in the `info` attribute, which MXNet calls (a file picks the address)
+    "_Native": "calls the function at the memory address in its 'info' attribute",
+    "_NDArray": "calls the function at the memory address in its 'info' attribute",
+    # Python code registered in this process under the name the file gives
+    "Custom": "runs the Python operator registered under its 'op_type'",
+    "_npi_Custom": "runs the Python operator registered under its 'op_type'",
+    "_CustomFunction": "calls back into an autograd.Function of the process that recorded it",
+    # graphs executed by a node: built inside a process, never written by export or save
+    "_CachedOp": "builds an executor of a graph held by the process that made it",
+    "_CachedOpThreadSafe": "builds an executor of a graph held by the process that made it",
+    # the machine's files, and OpenCV's image decoders (no model needs them; in a graph from
+    # someone else they would decode bytes that came from its params file)
+    "_cvimread": "reads the file that its 'filename' attribute names",
+    "_npi_cvimread": "reads the file that its 'filename' attribute names",
+    "_cvimdecode": "decodes image file bytes with OpenCV, which no model needs",
+    "_npi_cvimdecode": "decodes image file bytes with OpenCV, which no model needs",
+    "_imdecode": "decodes image file bytes with OpenCV, which no model needs",
+}
+"""Ops of MXNet's registry that a graph from someone else may not use, with the reason. Also
+refused: every ``_backward_*`` op (made by autograd inside a process, never saved) and every
+``_sg_*`` op (a fusion made by a backend pass inside a process: ``_sg_mkldnn_fully_connected``
+without its subgraph crashes MXNet)."""
+_DENIED_PREFIXES = {
+    "_backward_": "is a gradient op made by autograd inside a process, never saved",
+    "_sg_": "is a fusion made by a backend pass inside a process (one without its subgraph "
+            "crashes MXNet)",
+}
+_SUBGRAPH_OPS = ("_foreach", "_while_loop", "_cond")
+_HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
+_PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
+_TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
+
+
+def graph_outputs_limit(nbytes):
+    """The most outputs (all nodes together) a graph of ``nbytes`` bytes may have.
+
+    Loading a graph, inferring its types and listing its outputs costs MXNet and Python about
+    210 bytes per output (measured: 655,360 outputs of SliceChannel, 141 MB); a real graph has
+    one or two outputs per node, and every node takes at least 30 bytes of JSON. 65,536 plus
+    one output per 16 bytes of the file keeps that under about 13 times the file's size, plus
+    14 MB.
+    """
+    return 65536 + nbytes // 16
+
+
+@functools.lru_cache(maxsize=None)
+def _registry():
+    size = mx.base.mx_uint()
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    mx.base.check_call(mx.base._LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
+    return frozenset(mx.base.py_str(names[i]) for i in range(size.value))
+
+
+def _op_handle(op):
+    handle = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(op), ctypes.byref(handle)))
+    return handle.value
+
+
+@functools.lru_cache(maxsize=None)
+def _denied_handles():
+    """The refused ops by their registry entry, so that an alias (``_npi_Custom``) is refused
+    with the op it names."""
+    return {_op_handle(op): why for op, why in DENIED_OPS.items() if op in _registry()}
+
+
+def _denied(op):
+    """Why ``op`` is refused, or None."""
+    if op not in _registry():
+        return "is not an op of this MXNet"
+    for prefix, why in _DENIED_PREFIXES.items():
+        if op.startswith(prefix):
+            return why
+    return DENIED_OPS.get(op) or _denied_handles().get(_op_handle(op))
+
+
+def _op_outputs(op, attrs):
+    """How many outputs (hidden ones included) MXNet gives a node of ``op`` with ``attrs`` (a
+    sorted tuple of pairs whose counts are already capped): an atomic symbol of the op alone
+    asked for its internals, so that nothing but the op's own attribute parser runs."""
+    handle = ctypes.c_void_p(_op_handle(op))
+    keys = [k for k, _ in attrs]
+    vals = [v for _, v in attrs]
+    sym = mx.base.SymbolHandle()
+    mx.base.check_call(mx.base._LIB.MXSymbolCreateAtomicSymbol(
+        handle, mx.base.mx_uint(len(keys)), mx.base.c_str_array(keys), mx.base.c_str_array(vals),
+        ctypes.byref(sym)))
+    internals = mx.sym.Symbol(sym).get_internals()
+    count = mx.base.mx_uint()
+    mx.base.check_call(mx.base._LIB.MXSymbolGetNumOutputs(internals.handle, ctypes.byref(count)))
+    return count.value
+
+
+class _GraphWalk:
+    """One walk over a graph and its subgraphs; ``bad`` makes the one-line refusal."""
+
+    def __init__(self, source, nbytes):
+        self.source, self.nodes, self.outputs = source, 0, 0
+        self.max_outputs = graph_outputs_limit(nbytes)
+        self.known = {}  # (op, attrs) -> outputs, for this file only
+
+    def bad(self, detail):
+        return UnsafeFileError("%s is refused: %s" % (self.source, detail))
+
+    def entry(self, value, counts, where):
+        """An edge or head ``[node, output, version]`` within the nodes before it."""
+        if not (isinstance(value, list) and len(value) in (2, 3)
+                and all(type(v) is int for v in value)):
+            raise self.bad("%s is not [node, output, version]" % where)
+        node, index = value[0], value[1]
+        if not 0 <= node < len(counts):
+            raise self.bad("%s names node %d, which is not before it (%d nodes)"
+                           % (where, node, len(counts)))
+        if not 0 <= index < counts[node]:
+            raise self.bad("%s names output %d of node %d, which has %d output(s)"
+                           % (where, index, node, counts[node]))
+        if len(value) == 3 and not 0 <= value[2] < 2 ** 31:
+            raise self.bad("%s has the version %d" % (where, value[2]))
+
+    def attrs(self, node, where):
+        """The node's attributes as MXNet reads them (one of 'attrs', 'attr', 'param')."""
+        given = [key for key in ("attrs", "attr", "param") if key in node]
+        if len(given) > 1:
+            raise self.bad("%s has both %s (MXNet reads only one)" % (where, " and ".join(
+                repr(key) for key in given)))
+        attrs = node[given[0]] if given else {}
+        if not isinstance(attrs, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+            raise self.bad("the attributes of %s are not strings" % where)
+        return attrs
+
+    def count_attrs(self, attrs, where):
+        """Cap the attributes that size the node's outputs or inputs."""
+        for key in _COUNT_ATTRS:
+            if key in attrs:
+                value = attrs[key]
+                if not _PLAIN_COUNT.fullmatch(value):
+                    raise self.bad("%s has %s=%r, not a plain count" % (where, key, value[:40]))
+                if int(value) > MAX_COUNT_ATTR:
+                    raise self.bad("%s has %s=%d, more than the limit of %d"
+                                   % (where, key, int(value), MAX_COUNT_ATTR))
+        for key in _COUNT_TUPLE_ATTRS:
+            items = len(_TUPLE_ITEM.findall(attrs.get(key, "")))
+            if items > MAX_COUNT_ATTR:
+                raise self.bad("%s has %d %s, more than the limit of %d"
+                               % (where, items, key, MAX_COUNT_ATTR))
+
+    def outputs_of(self, op, attrs, where):
+        # hidden attributes (__shape__, lr_mult, fc_weight_lr_mult, ...) are no op's
+        # parameters: the atomic symbol refuses some of them, and none sizes an output
+        kept = tuple(sorted((k, v) for k, v in attrs.items()
+                            if not (k.startswith("__") or k.endswith(_HIDDEN_KEYS))))
+        if (op, kept) in self.known:
+            return self.known[op, kept]
+        try:
+            self.known[op, kept] = _op_outputs(op, kept)
+            return self.known[op, kept]
+        except mx.base.MXNetError as err:
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            reason = lines[-1].strip() if lines else ""  # it may quote a value from the file
+            raise self.bad("%s: MXNet refuses its attributes: %s"
+                           % (where, reason if len(reason) <= 200 else reason[:200] + "...")) from None
+
+    def graph(self, graph, where=""):
+        """Check one graph (``where`` names a subgraph in messages)."""
+        if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list) \
+                or not isinstance(graph.get("heads"), list):
+            raise self.bad("%sit is not an MXNet graph (no 'nodes' and 'heads')" % where)
+        nodes = graph["nodes"]
+        self.nodes += len(nodes)
+        if self.nodes > MAX_GRAPH_NODES:
+            raise self.bad("it has more than %d nodes" % MAX_GRAPH_NODES)
+        counts = []
+        for index, node in enumerate(nodes):
+            if not isinstance(node, dict) or not isinstance(node.get("op"), str) \
+                    or not isinstance(node.get("name"), str) \
+                    or not isinstance(node.get("inputs", []), list):
+                raise self.bad("%snode %d is not an MXNet node (op, name, inputs)"
+                               % (where, index))
+            op = node["op"]
+            for k, value in enumerate(node.get("inputs", [])):
+                self.entry(value, counts, "%sinput %d of node %d" % (where, k, index))
+            deps = node.get("control_deps", [])
+            if not isinstance(deps, list) or not all(
+                    type(d) is int and 0 <= d < index for d in deps):
+                raise self.bad("%sa control dependency of node %d is not a node before it"
+                               % (where, index))
+            named = "%snode %d (%s)" % (where, index, op[:80])
+            attrs = self.attrs(node, named)
+            if op == "null":
+                if node.get("inputs") or node.get("subgraphs"):
+                    raise self.bad("%snode %d is a variable with inputs" % (where, index))
+                counts.append(1)
+                continue
+            why = _denied(op)
+            if why is not None:
+                raise self.bad("%snode %d (%r) uses the op %s, which %s"
+                               % (where, index, node["name"][:80], op[:80], why))
+            self.count_attrs(attrs, named)
+            subgraphs = node.get("subgraphs", [])
+            if not isinstance(subgraphs, list) or subgraphs and op not in _SUBGRAPH_OPS:
+                raise self.bad("%s carries subgraphs, which only %s do"
+                               % (named, ", ".join(_SUBGRAPH_OPS)))
+            for k, sub in enumerate(subgraphs):
+                self.graph(sub, "%ssubgraph %d of node %d: " % (where, k, index))
+            counts.append(self.outputs_of(op, attrs, named))
+            self.outputs += counts[-1]
+            if self.outputs > self.max_outputs:
+                raise self.bad("its nodes have more than %d outputs in all (65536 and one for "
+                               "every 16 bytes of the file)" % self.max_outputs)
+        for k, value in enumerate(graph["heads"]):
+            self.entry(value, counts, "%shead %d" % (where, k))
+        arg_nodes = graph.get("arg_nodes", [])
+        if not isinstance(arg_nodes, list) or not all(
+                type(n) is int and 0 <= n < len(nodes) and nodes[n]["op"] == "null"
+                for n in arg_nodes):
+            raise self.bad("%sits arg_nodes are not variables of the graph" % where)
+        extra = graph.get("attrs", {})
+        version = extra.get("mxnet_version") if isinstance(extra, dict) else None
+        if not isinstance(extra, dict) or set(extra) - {"mxnet_version"} or (
+                version is not None and not (isinstance(version, list) and len(version) == 2
+                                             and version[0] == "int" and type(version[1]) is int)):
+            raise self.bad("%sits graph attributes are not the mxnet_version MXNet writes"
+                           % where)
+
+
+def check_graph(graph, source, nbytes):
+    """Check an MXNet graph from someone else before ``mx.sym.load_json`` sees it.
+
+    Every op must be in MXNet's registry and not in :data:`DENIED_OPS`; every input edge and
+    head ``[node, output, version]`` must name an earlier node and one of its outputs (MXNet
+    checks node indices but not output indices, and reads past its arrays); the attributes
+    that size a node's outputs or inputs are at most :data:`MAX_COUNT_ATTR`, all outputs
+    together at most :func:`graph_outputs_limit` of the file's size, and the nodes at most
+    :data:`MAX_GRAPH_NODES`. The subgraphs of control-flow ops are checked the same way.
+
+    Parameters
+    ----------
+    graph : dict
+        The parsed JSON (parsed with ``object_pairs_hook=json_object_pairs``).
+    source : str
+        How to name the file in the message (its path).
+    nbytes : int
+        The size of the file.
+
+    Raises
+    ------
+    UnsafeFileError
+        One line naming ``source`` and what is wrong.
+    """
+    walk = _GraphWalk(source, nbytes)
+    if nbytes > MAX_GRAPH_BYTES:
+        raise walk.bad("it has %d bytes, more than the limit of %d" % (nbytes, MAX_GRAPH_BYTES))
+    walk.graph(graph)
+
+
+# ------------------------------------------------------------------ arrays (.params)
 _ND_LIST_MAGIC = 0x112
 _ND_V2, _ND_V3 = 0xF993FAC9, 0xF993FACA
-_ND_ITEMSIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 8: 2, 9: 2, 10: 4, 11: 8, 12: 2}
+# the dtypes MXNet 1.9.1 reads (8 to 11 are "Unknown type enum"): float32, float64, float16,
+# uint8, int32, int8, int64, bool, bfloat16
+_ND_ITEMSIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 12: 2}
 _ND_MAX_DIMS = 32
+_ND_MAX_ELEMENTS = 2 ** 31 - 1  # one tensor of MXNet 1.9.1 built without INT64_TENSOR_SIZE
+# MXNet and Python spend about 950 bytes on each array loaded (measured: 65,536 one-byte arrays,
+# a 3 MB file, cost 62 MB), 20 times what a tiny array takes in the file. At most 65,536 arrays
+# plus one per KiB keeps that under the file's size plus 62 MB (a BERT-large has 400 arrays).
+_ND_MAX_ARRAYS = 65536
 
 
 def nd_bytes(arrays):
@@ -79,10 +416,18 @@ def nd_bytes(arrays):
 
 
 def check_nd_bytes(data, source):
-    """Walk an MXNet array file (``mx.nd.save``'s format) before MXNet reads it.
+    """Walk an MXNet array file (``mx.nd.save``'s format) as MXNet 1.9.1 reads it, before it does.
 
-    Every array must be dense, of a known dtype, and declare no more data than the bytes left in
-    the file, so that a crafted header cannot make MXNet allocate more than the file's size.
+    The walk follows ``NDArray::Load``: the list header (its count of arrays bounded by the
+    bytes left, since MXNet makes that many arrays before reading one, and by 65,536 plus one
+    per KiB, since each array costs about 950 bytes once loaded); per array the format
+    magic (V2, or V3 when NumPy shape semantics are on, as MXNet requires), a dense storage
+    type, a shape (at least one dimension, or a 0-d array under NumPy semantics: MXNet reads
+    no more for a shapeless array and the caller gets an array it cannot use), the context,
+    the dtype (one MXNet knows) and the data, which must be within the bytes left (MXNet
+    allocates it before reading it); then the names (as many as the arrays, or none), each
+    within the bytes left and valid UTF-8. Nothing may follow. What passes makes MXNet allocate
+    the data the file holds plus a bounded overhead per array and name.
 
     Parameters
     ----------
@@ -101,6 +446,7 @@ def check_nd_bytes(data, source):
         One line naming ``source`` and what is wrong.
     """
     view, pos = memoryview(data), 0
+    np_shape = mx.util.is_np_shape()
 
     def bad(detail):
         return UnsafeFileError("%s cannot be loaded: it is not a valid MXNet array file (%s)"
@@ -118,33 +464,40 @@ def check_nd_bytes(data, source):
     magic, _, count = take("<QQQ")
     if magic != _ND_LIST_MAGIC:
         raise bad("it does not start with the magic number of mx.nd.save")
-    if count * 12 > len(view) - pos:
-        raise bad("it declares %d arrays in %d bytes" % (count, len(view)))
+    if count * 12 > len(view) - pos or count > _ND_MAX_ARRAYS + len(view) // 1024:
+        raise bad("it declares %d arrays in %d bytes (at most 65536 and one per KiB)"
+                  % (count, len(view)))
     for index in range(count):
         magic, stype, ndim = take("<Iii")
         if magic not in (_ND_V2, _ND_V3):
             raise bad("array %d has an unsupported format (magic 0x%08x)" % (index, magic))
+        if (magic == _ND_V3) != np_shape:
+            raise bad("array %d was saved %s NumPy shape semantics, and they are %s in this "
+                      "process" % (index, "with" if magic == _ND_V3 else "without",
+                                   "on" if np_shape else "off"))
         if stype != 0:
-            raise bad("array %d is sparse (storage type %d), which is not supported"
-                      % (index, stype))
-        unknown = 0 if magic == _ND_V2 else -1
-        if ndim == unknown:
-            continue  # an array without a shape: nothing more is stored
-        if not 0 <= ndim <= _ND_MAX_DIMS:
-            raise bad("array %d declares %d dimensions" % (index, ndim))
+            raise bad("array %d is sparse or of an unknown storage type (%d), which is not "
+                      "supported" % (index, stype))
+        if not (0 if np_shape else 1) <= ndim <= _ND_MAX_DIMS:
+            raise bad("array %d has no shape" % index if ndim in (0, -1)
+                      else "array %d declares %d dimensions" % (index, ndim))
         dims = take("<%dq" % ndim)
-        if unknown in dims:
-            continue
-        if any(d < 0 for d in dims):
+        if not all(0 <= d <= _ND_MAX_ELEMENTS for d in dims):  # MXNet's API reads them as int32
             raise bad("array %d declares the shape %s" % (index, dims))
-        _, _, type_flag = take("<iii")
+        _, _, type_flag = take("<iii")  # the context (ignored: MXNet loads to the CPU), the dtype
         if type_flag not in _ND_ITEMSIZE:
             raise bad("array %d has the unknown dtype flag %d" % (index, type_flag))
-        size = math.prod(dims) * _ND_ITEMSIZE[type_flag]
+        elements = 1
+        for d in dims:
+            elements *= d
+        size = elements * _ND_ITEMSIZE[type_flag]
         if size > len(view) - pos:
             raise UnsafeFileError("%s cannot be loaded: array %d declares the shape %s (%d bytes), "
                                   "more than the %d bytes left in the file (truncated, or "
                                   "crafted)" % (source, index, tuple(dims), size, len(view) - pos))
+        if elements > _ND_MAX_ELEMENTS:
+            raise bad("array %d has %d elements, more than MXNet's 2^31 - 1 for one tensor"
+                      % (index, elements))
         pos += size
     (names,) = take("<Q")
     if names not in (0, count):
@@ -153,6 +506,10 @@ def check_nd_bytes(data, source):
         (size,) = take("<Q")
         if size > len(view) - pos:
             raise bad("the name of array %d declares %d bytes" % (index, size))
+        try:
+            bytes(view[pos:pos + size]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad("the name of array %d is not UTF-8 text" % index) from None
         pos += size
     if pos != len(view):
         raise bad("%d bytes follow its last array" % (len(view) - pos))

@@ -16,7 +16,8 @@ from .. import _graph as graphs
 from .._convert import ConversionError
 from .._graph import BFLOAT16, FLOAT16, FLOAT32, dtype_name, last_line
 from .._io import atomic_write_group
-from .._untrusted import UnsafeFileError, check_json_depth, check_nd_bytes, nd_bytes
+from .._untrusted import (MAX_GRAPH_BYTES, UnsafeFileError, check_graph, check_json_depth,
+                          check_nd_bytes, json_object_pairs, nd_bytes)
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
 
@@ -45,13 +46,16 @@ _PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_movi
 
 
 
-def _read_bytes(path, what):
+def _read_bytes(path, what, limit=None):
     if not os.path.exists(path):
         raise ConversionError("%s file %s does not exist" % (what, path))
     # a FIFO would block the read and /dev/zero never end it (a folder fails to open below)
     if not (os.path.isfile(path) or os.path.isdir(path)):
         raise ConversionError("%s file %s is not a regular file (a device, a FIFO or a "
                               "socket); refusing to read it" % (what, path))
+    if limit is not None and os.path.isfile(path) and os.path.getsize(path) > limit:
+        raise ConversionError("%s file %s is refused: it has %d bytes, more than the limit of %d"
+                              % (what, path, os.path.getsize(path), limit))
     try:
         with open(path, "rb") as handle:
             return handle.read()
@@ -60,22 +64,59 @@ def _read_bytes(path, what):
                               % (what, path, err.strerror or err)) from None
 
 
+def _check_prefix(prefix, epoch):
+    """A PREFIX that is a folder, or an epoch without a params file: say what exists."""
+    name = os.path.basename(prefix)
+    if os.path.isdir(prefix):
+        found = sorted(f[:-len("-symbol.json")] for f in _listdir(prefix)
+                       if f.endswith("-symbol.json"))
+        raise ConversionError("PREFIX %r is a folder; give the checkpoint's prefix inside it "
+                              "(its name without -symbol.json), such as %s"
+                              % (prefix, os.path.join(prefix, found[0] if found else "model")))
+    sym_path, params_path = checkpoint_paths(prefix, epoch)
+    if os.path.exists(sym_path) and not os.path.lexists(params_path):
+        pattern = re.compile(re.escape(name) + r"-(\d{4,})\.params")
+        epochs = sorted(int(m.group(1)) for m in map(pattern.fullmatch,
+                                                     _listdir(os.path.dirname(prefix) or "."))
+                        if m)
+        listed = ", ".join(map(str, epochs[:20])) + (", ..." if len(epochs) > 20 else "")
+        raise ConversionError("params file %s does not exist; %s" % (
+            params_path, "epochs with a params file for prefix %r: %s" % (prefix, listed)
+            if epochs else "no params file (%s-EPOCH.params) exists for prefix %r"
+            % (name, prefix)))
+
+
+def _listdir(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
 def _parse_symbol(text, path):
+    """The Symbol of a ``-symbol.json`` from someone else: its JSON checked, then its graph
+    (:func:`mxmixed._untrusted.check_graph`), before MXNet's loader sees it."""
     try:
         check_json_depth(text, "symbol file %s" % path)
     except UnsafeFileError as err:
         raise ConversionError(str(err)) from None
     try:
-        graph = json.loads(text.decode("utf-8"))
+        graph = json.loads(text.decode("utf-8"), object_pairs_hook=json_object_pairs)
     except UnicodeDecodeError:
         raise ConversionError("symbol file %s is not text (is it a params file?)" % path) from None
     except json.JSONDecodeError as err:
         raise ConversionError("symbol file %s is not valid JSON (truncated?): %s at line %d "
                               "column %d" % (path, err.msg, err.lineno, err.colno)) from None
+    except ValueError as err:  # a key given twice
+        raise ConversionError("symbol file %s is refused: %s" % (path, err)) from None
     if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list) \
             or not isinstance(graph.get("heads"), list):
         raise ConversionError("symbol file %s is JSON but not an MXNet symbol (no 'nodes' and "
                               "'heads')" % path)
+    try:
+        check_graph(graph, "symbol file %s" % path, len(text))
+    except UnsafeFileError as err:
+        raise ConversionError(str(err)) from None
     try:
         return graphs.load_graph(graph)
     except mx.base.MXNetError as err:
@@ -120,12 +161,17 @@ def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> 
     ------
     ConversionError
         For a missing or unreadable file, invalid or truncated JSON, a params file that is not
-        one or does not match the symbol, or params of an unsupported dtype.
+        one or does not match the symbol, or params of an unsupported dtype; and before MXNet
+        reads them, for a graph or a params file that fails the checks for files from someone
+        else (ops that call an address or run code, an edge to an output its node lacks,
+        counts that would make MXNet allocate far more than the file's size: see
+        ``docs/untrusted-files.md``).
     """
     if not isinstance(epoch, int) or epoch < 0:
         raise ConversionError("epoch must be a non-negative integer, got %r" % (epoch,))
+    _check_prefix(prefix, epoch)
     sym_path, params_path = checkpoint_paths(prefix, epoch)
-    sym = _parse_symbol(_read_bytes(sym_path, "symbol"), sym_path)
+    sym = _parse_symbol(_read_bytes(sym_path, "symbol", MAX_GRAPH_BYTES), sym_path)
     data = _read_bytes(params_path, "params")
     try:
         check_nd_bytes(data, "params file %s" % params_path)
