@@ -2,7 +2,8 @@
 
 The workload is gluoncv's ``ssd_300_mobilenet0.25_voc`` (no pretrained weights), hybridized,
 batch 2 at 128x128, with gluoncv's ``SSDMultiBoxLoss`` on fixed random targets and one SGD step,
-as gluon-cv's ``train_ssd.py --amp`` runs it. Goal for the emulation as a whole: <= 1.5x float32.
+as gluon-cv's ``train_ssd.py --amp`` runs it. Goal for the emulation as a whole: <= 1.35x float32
+(issue 36).
 
 Side by side, in persistent worker processes (``_workers.compare``):
 
@@ -10,9 +11,9 @@ Side by side, in persistent worker processes (``_workers.compare``):
   overflow with one ``multi_sum_sq`` (float32 sums of squares; MXNet's ``multi_all_finite``
   runs only when a sum is not finite, so the skips are MXNet's), see
   ``mxmixed/emulation/_overflow.py``;
-- emulated AMP with the opt-in ``MXMIXED_EMULATION_KEEP_LAYOUTS=1`` / float32, oneDNN on: the
-  rounding op keeps oneDNN's blocked layouts (BatchNorm's float32 bits then differ from the
-  default emulation's; see docs/emulation.md);
+- emulated AMP with ``MXMIXED_EMULATION_KEEP_LAYOUTS=0`` / float32, oneDNN on: the rounding
+  op hands on plain layouts, the route of results recorded before kept layouts became the
+  default (BatchNorm's float32 bits differ; see docs/emulation.md);
 - emulated AMP / float32, oneDNN off (``MXNET_MKLDNN_ENABLED=0`` in both workers): what
   oneDNN's layout conversions around the emulated float16 ops cost;
 - emulated AMP with MXNet's own check (``multi_all_finite`` on every step, as before the
@@ -42,12 +43,12 @@ sys.path.insert(0, HERE)
 from _workers import SETTLE, compare  # noqa: E402
 
 SETUP = SETTLE + r"""
-def setup(amp_on, onednn=True, check="emulation", keep_layouts=False, size=128, batch=2):
+def setup(amp_on, onednn=True, check="emulation", keep_layouts=True, size=128, batch=2):
     import os
     if not onednn:  # read lazily by MXNet, at the first operator call
         os.environ["MXNET_MKLDNN_ENABLED"] = "0"
-    if keep_layouts:  # read when the emulation's rounding op is first loaded
-        os.environ["MXMIXED_EMULATION_KEEP_LAYOUTS"] = "1"
+    if not keep_layouts:  # read when the emulation's rounding op is first loaded
+        os.environ["MXMIXED_EMULATION_KEEP_LAYOUTS"] = "0"
     import numpy as np
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -102,9 +103,9 @@ def setup(amp_on, onednn=True, check="emulation", keep_layouts=False, size=128, 
 WORKLOAD = "SSD mobilenet0.25"  # ssd_300_mobilenet0.25_voc, batch 2, 128x128
 COMPARISONS = [
     ("oneDNN on", "emulated AMP step / float32 step (CPU)",
-     {"amp_on": False}, {"amp_on": True}, "<= 1.5"),
-    ("oneDNN on, layouts kept, opt-in", "emulated AMP step / float32 step (CPU)",
-     {"amp_on": False}, {"amp_on": True, "keep_layouts": True}, "<= 1.5"),
+     {"amp_on": False}, {"amp_on": True}, "<= 1.35"),
+    ("oneDNN on, KEEP_LAYOUTS=0", "emulated AMP step / float32 step (CPU)",
+     {"amp_on": False}, {"amp_on": True, "keep_layouts": False}, None),
     ("oneDNN off", "emulated AMP step / float32 step (CPU)",
      {"amp_on": False, "onednn": False}, {"amp_on": True, "onednn": False}, None),
     ("MXNet's multi_all_finite", "emulated AMP step / float32 step (CPU)",
