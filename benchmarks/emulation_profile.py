@@ -13,6 +13,10 @@ time into:
 - the overflow check (``multi_sum_sq``, ``multi_all_finite``);
 - everything else.
 
+The same workload's float32 step is profiled too, for the floor the emulation can reach: the
+float32 operator time plus one rounding pass per float16 tensor (the rounding op's own time).
+The last column says how far the emulated step's operator time is above that floor.
+
 It says nothing about GPU speed. The profiler writes only into a temporary directory.
 
 Usage: ``python benchmarks/emulation_profile.py [--steps N] [--json PATH]``
@@ -51,8 +55,9 @@ def category(op, emulated):
     return "other"
 
 
-def profile(workload, steps):
-    """Profile ``steps`` emulated AMP steps of one workload in this process."""
+def profile(workload, steps, amp_on=True):
+    """Profile ``steps`` emulated AMP steps (float32 ones without ``amp_on``) of one workload
+    in this process."""
     import mxnet as mx
     from mxmixed.emulation import EMULATED_OPS
 
@@ -60,11 +65,11 @@ def profile(workload, steps):
     if workload == "ssd":
         import ssd_step
         exec(ssd_step.SETUP, namespace)  # noqa: S102 - our own setup code
-        step = namespace["setup"](amp_on=True)
+        step = namespace["setup"](amp_on=amp_on)
     else:
         import emulation as bench
         exec(bench.SETUP, namespace)  # noqa: S102 - our own setup code
-        step = namespace["setup"](workload, amp_on=True)
+        step = namespace["setup"](workload, amp_on=amp_on)
     for _ in range(3):
         step()
     mx.nd.waitall()
@@ -106,13 +111,26 @@ def run(steps=5, root=None):
     env = dict(os.environ, PYTHONPATH=root or os.path.dirname(HERE),
                MXNET_EXEC_BULK_EXEC_TRAIN="0", MXNET_EXEC_BULK_EXEC_INFERENCE="0")
     for workload in WORKLOADS:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", workload,
-                               "--steps", str(steps)], capture_output=True, text=True, env=env)
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            results.append({"workload": workload, "error": proc.stderr[-2000:]})
-        else:
-            results.append(json.loads(lines[-1][len("RESULT "):]))
+        found = {}
+        for mode in ("amp", "float32"):
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", workload,
+                                   "--steps", str(steps), "--mode", mode],
+                                  capture_output=True, text=True, env=env)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+            if proc.returncode or not lines:
+                found = {"workload": workload, "error": proc.stderr[-2000:]}
+                break
+            found[mode] = json.loads(lines[-1][len("RESULT "):])
+        if "error" in found:
+            results.append(found)
+            continue
+        result = found["amp"]
+        floor = (found["float32"]["op_ms_per_step"]
+                 + result["op_ms_per_step"] * result["shares"].get("rounding", 0.0))
+        result.update(float32_op_ms_per_step=found["float32"]["op_ms_per_step"],
+                      floor_op_ms_per_step=floor,
+                      above_floor=result["op_ms_per_step"] / floor)
+        results.append(result)
     return results
 
 
@@ -122,9 +140,11 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--root", help="the mxmixed tree to profile (default: this one)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("amp", "float32"), default="amp",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print("RESULT " + json.dumps(profile(args.one, args.steps)))
+        print("RESULT " + json.dumps(profile(args.one, args.steps, args.mode == "amp")))
         return 0
     results = run(args.steps, args.root)
     cats = ("casts", "rounding", "emulated ops", "reorders", "overflow check", "other")
@@ -136,6 +156,9 @@ def main(argv=None):
             continue
         print("%-18s %9.1f " % (r["workload"], r["op_ms_per_step"])
               + " ".join("%13.1f%%" % (100 * r["shares"].get(c, 0.0)) for c in cats))
+        print("    float32 step %.1f ms; floor (float32 + rounding) %.1f ms; emulated step "
+              "%.2fx the floor" % (r["float32_op_ms_per_step"], r["floor_op_ms_per_step"],
+                                   r["above_floor"]))
         print("    calls per step: " + ", ".join(
             "%s %d" % (c, r["calls_per_step"].get(c, 0)) for c in cats if c in r["calls_per_step"]))
         print("    top: " + ", ".join("%s %.0f%%" % (t["op"], 100 * t["share"])

@@ -196,10 +196,10 @@ def _readme(c):
     return [
         ("emulated AMP step / float32 step (digits CNN", _cells(emu("digits_cnn"))),
         ("emulation cost: the same (gluoncv", _cells(emu("cifar_resnet20_v1"))),
-        ("emulation cost, opt-in `MXMIXED_EMULATION_KEEP_LAYOUTS=1` (digits", _cells(
-            emu("digits_cnn (oneDNN layouts kept, opt-in)"))),
-        ("emulation cost, the same opt-in", _cells(
-            emu("cifar_resnet20_v1 (oneDNN layouts kept, opt-in)"))),
+        ("emulation cost, `MXMIXED_EMULATION_KEEP_LAYOUTS=0` (digits", _cells(
+            emu("digits_cnn (KEEP_LAYOUTS=0, plain layouts)"))),
+        ("emulation cost, the same `=0`", _cells(
+            emu("cifar_resnet20_v1 (KEEP_LAYOUTS=0, plain layouts)"))),
         ("helper overhead:", _cells(_fig(c, "overhead", "digits_cnn"))),
         ("conversion of `resnet50_v1`", "| %.3f | exact |" % conv["value"]),
         ("`convert` + report", "report %.2f s (%.2f-%.2f)" % (conv["convert_s"],
@@ -214,10 +214,10 @@ def _readme(c):
         ("The SSD step (", "**%.2fx** a float32 step with oneDNN on (spread %.2f-%.2f)" % (
             ssd("SSD mobilenet0.25 (oneDNN on)")["value"],
             *ssd("SSD mobilenet0.25 (oneDNN on)")["spread"])),
-        ("The SSD step (", "**%.2fx** with the opt-in `MXMIXED_EMULATION_KEEP_LAYOUTS=1` "
+        ("The SSD step (", "**%.2fx** with `MXMIXED_EMULATION_KEEP_LAYOUTS=0` "
                            "(%.2f-%.2f)" % (
-            ssd("SSD mobilenet0.25 (oneDNN on, layouts kept, opt-in)")["value"],
-            *ssd("SSD mobilenet0.25 (oneDNN on, layouts kept, opt-in)")["spread"])),
+            ssd("SSD mobilenet0.25 (oneDNN on, KEEP_LAYOUTS=0)")["value"],
+            *ssd("SSD mobilenet0.25 (oneDNN on, KEEP_LAYOUTS=0)")["spread"])),
         ("The SSD step (", "**%.2fx** with `MXNET_MKLDNN_ENABLED=0` (%.2f-%.2f)" % (
             ssd("SSD mobilenet0.25 (oneDNN off)")["value"],
             *ssd("SSD mobilenet0.25 (oneDNN off)")["spread"])),
@@ -238,21 +238,19 @@ def _emulation_md(c):
     emu = lambda w: _fig(c, "emulation", w)  # noqa: E731
     ssd = lambda w: _fig(c, "ssd_step", w, "emulated AMP step / float32")  # noqa: E731
     on = ssd("SSD mobilenet0.25 (oneDNN on)")
-    kept = ssd("SSD mobilenet0.25 (oneDNN on, layouts kept, opt-in)")
-    opt_in = " (oneDNN layouts kept, opt-in)"
+    plain = ssd("SSD mobilenet0.25 (oneDNN on, KEEP_LAYOUTS=0)")
+    zero = " (KEEP_LAYOUTS=0, plain layouts)"
     return [
         ((table, "| digits CNN, batch 64 |"), "| %s | %s |" % (
             _ratio(emu("digits_cnn")), _goal(emu("digits_cnn")))),
-        ((table, "| digits CNN, layouts kept (opt-in) |"), "| %s | %s |" % (
-            _ratio(emu("digits_cnn" + opt_in)), _goal(emu("digits_cnn" + opt_in)))),
+        ((table, "| digits CNN, `KEEP_LAYOUTS=0` |"), "| %s |" % _ratio(emu("digits_cnn" + zero))),
         ((table, "| `cifar_resnet20_v1`, batch 64 |"), "| %s | %s |" % (
             _ratio(emu("cifar_resnet20_v1")), _goal(emu("cifar_resnet20_v1")))),
-        ((table, "| `cifar_resnet20_v1`, layouts kept (opt-in) |"), "| %s | %s |" % (
-            _ratio(emu("cifar_resnet20_v1" + opt_in)),
-            _goal(emu("cifar_resnet20_v1" + opt_in)))),
+        ((table, "| `cifar_resnet20_v1`, `KEEP_LAYOUTS=0` |"), "| %s |" % _ratio(
+            emu("cifar_resnet20_v1" + zero))),
         ((table, "| SSD mobilenet0.25, batch 2, oneDNN on |"), "| %s | %s |" % (
             _ratio(on), _goal(on))),
-        ((table, "| SSD, layouts kept (opt-in) |"), "| %s | %s |" % (_ratio(kept), _goal(kept))),
+        ((table, "| SSD, `KEEP_LAYOUTS=0` |"), "| %s |" % _ratio(plain)),
         ((table, "| SSD, oneDNN off |"), "| %s |" % _ratio(ssd("SSD mobilenet0.25 (oneDNN off)"))),
     ]
 
@@ -262,8 +260,8 @@ def _run_md(c):
     ssd = lambda w, fig: _fig(c, "ssd_step", "SSD mobilenet0.25 " + w, fig)  # noqa: E731
     check, casts = _fig(c, "ssd_step", "SSD mobilenet0.25", "share")["value"].split(" / ")
     rows = [("| emulated AMP / float32, oneDNN on", ssd("(oneDNN on)", "emulated AMP step / float")),
-            ("| emulated AMP with `MXMIXED_EMULATION_KEEP_LAYOUTS=1`", ssd(
-                "(oneDNN on, layouts kept, opt-in)", "emulated AMP step / float")),
+            ("| emulated AMP with `MXMIXED_EMULATION_KEEP_LAYOUTS=0`", ssd(
+                "(oneDNN on, KEEP_LAYOUTS=0)", "emulated AMP step / float")),
             ("| emulated AMP / float32, oneDNN off", ssd("(oneDNN off)", "emulated AMP step /")),
             ("| emulated AMP with MXNet's", ssd("(MXNet's multi_all_finite)", "emulated")),
             ("| emulated AMP / the same without", ssd("(oneDNN on)", "emulated AMP step / same")),
