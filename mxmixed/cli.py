@@ -535,8 +535,9 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    if environment_error():  # a bad MXMIXED_* value: one line, before any work
-        print("mxmixed %s: error: %s" % (args.command, environment_error()), file=sys.stderr)
+    setting = environment_error()  # a bad MXMIXED_* value: one line, before any work
+    if setting:
+        print("mxmixed %s: error: %s" % (args.command, setting), file=sys.stderr)
         return EXIT_USAGE
     stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     stderr, sys.stderr = sys.stderr, _Printable(sys.stderr)
