@@ -38,6 +38,50 @@ def run_python(code, timeout=300, env=None):
                           timeout=timeout, env=full_env, cwd=ROOT)
 
 
+def dense_and_trainer(optimizer="sgd", **optimizer_params):
+    """A seeded ``Dense(3, in_units=4)`` and its Trainer (learning rate 0.1 unless given,
+    ``update_on_kvstore=False``): the smallest net the checkpoint tests save and load."""
+    from mxnet import gluon
+    mx.random.seed(0)
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), optimizer,
+                            dict({"learning_rate": 0.1}, **optimizer_params),
+                            update_on_kvstore=False)
+    return net, trainer
+
+
+def dense_step(net, trainer):
+    """One training step of :func:`dense_and_trainer`'s net on a fixed batch of 2."""
+    from mxnet import autograd
+    with autograd.record():
+        loss = (net(mx.nd.arange(8).reshape((2, 4)) / 8) ** 2).sum()
+    loss.backward()
+    trainer.step(2)
+    mx.nd.waitall()
+
+
+@pytest.fixture
+def digits_pair(tmp_path):
+    """The prefix of an exported digits CNN checkpoint (epoch 0), in ``tmp_path / 'in'``."""
+    from mxmixed.tutorial import digits_cnn
+    net = digits_cnn(seed=1, prefix="digits_")
+    net.hybridize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    net.export(str(folder / "model"))
+    return str(folder / "model")
+
+
+def run_convert(argv, capsys):
+    """``mxmixed convert ARGV`` in this process: (exit code, stdout, stderr)."""
+    from mxmixed import cli
+    code = cli.main(["convert"] + argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def pytest_collection_modifyitems(config, items):
     """The tutorial notebooks (nbval's cells) are slow: they train models end to end."""
     tutorials = os.path.join(ROOT, "tutorials")

@@ -13,29 +13,11 @@ import zipfile
 
 import mxnet as mx
 import pytest
-from mxnet import autograd, gluon
 
+from conftest import dense_and_trainer, dense_step
 from mxmixed import _untrusted, checkpoint
 from mxmixed.checkpoint import CheckpointError
 from mxmixed.scaler import LossScaler
-
-
-def _net_and_trainer(**kwargs):
-    mx.random.seed(0)
-    net = gluon.nn.Dense(3, in_units=4)
-    net.initialize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            dict({"learning_rate": 0.1, "momentum": 0.9}, **kwargs),
-                            update_on_kvstore=False)
-    return net, trainer
-
-
-def _step(net, trainer):
-    with autograd.record():
-        loss = (net(mx.nd.arange(8).reshape((2, 4)) / 8) ** 2).sum()
-    loss.backward()
-    trainer.step(2)
-    mx.nd.waitall()
 
 
 def _members(path):
@@ -52,9 +34,9 @@ def _write(path, members):
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    net, trainer = _net_and_trainer()
+    net, trainer = dense_and_trainer(momentum=0.9)
     scaler = LossScaler(init_scale=128.0)
-    _step(net, trainer)
+    dense_step(net, trainer)
     path = tmp_path_factory.mktemp("good") / "good.mxc"
     checkpoint.save(path, net, trainer, scaler,
                     extra={"step": 1, "rng": ("MT19937", [1, 2, 3]), "t": (1, 2.5)})
@@ -63,7 +45,7 @@ def good(tmp_path_factory):
 
 def _refused(path, trainer=True, match=None):
     """Load ``path`` into a fresh net (and trainer): one CheckpointError line naming it."""
-    net, own = _net_and_trainer()
+    net, own = dense_and_trainer(momentum=0.9)
     with pytest.raises(CheckpointError, match=match) as info:
         checkpoint.load(path, net, own if trainer else None)
     message = str(info.value)
@@ -211,10 +193,10 @@ def test_an_optimizer_state_of_the_wrong_shape_or_dtype_is_refused_at_load(good,
 
 def test_a_genuine_trainer_state_still_loads_and_steps(good, tmp_path):
     path = _write(tmp_path / "fine.mxc", good)
-    net, trainer = _net_and_trainer()
+    net, trainer = dense_and_trainer(momentum=0.9)
     checkpoint.load(path, net, trainer, LossScaler())
     assert trainer._optimizer.lr == 0.1 and trainer._optimizer.momentum == 0.9
-    _step(net, trainer)
+    dense_step(net, trainer)
 
 
 # ----------------------------------------------------------------------------- fuzz
@@ -268,7 +250,7 @@ def _only_checkpoint_errors(good, tmp_path, cases):
     for number, (member, place, value) in enumerate(cases):
         text = json.dumps(value)
         path = _write(tmp_path / ("fuzz%d.mxc" % number), dict(good, **{member: text}))
-        net, trainer = _net_and_trainer()
+        net, trainer = dense_and_trainer(momentum=0.9)
         try:
             checkpoint.load(path, net, trainer, LossScaler())
         except CheckpointError as err:
@@ -279,7 +261,7 @@ def _only_checkpoint_errors(good, tmp_path, cases):
                                                       type(err).__name__, err))
         accepted += 1
         try:  # what load() accepted must train
-            _step(net, trainer)
+            dense_step(net, trainer)
         except Exception as err:  # noqa: BLE001
             pytest.fail("load() accepted %s at %s = %.80s, then the step failed: %s: %s"
                         % (member, list(place), text, type(err).__name__,

@@ -9,38 +9,23 @@ import numpy as np
 import pytest
 from mxnet import gluon
 
+from conftest import run_convert
 from mxmixed import cli, emulation
-from mxmixed.tutorial import digits_cnn
 
 
-@pytest.fixture
-def pair(tmp_path):
-    net = digits_cnn(seed=1, prefix="digits_")
-    net.hybridize()
-    net(mx.nd.zeros((1, 1, 8, 8)))
-    net.export(str(tmp_path / "model"))
-    return str(tmp_path / "model")
-
-
-def _convert(argv, capsys):
-    code = cli.main(["convert"] + argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_an_unknown_exclude_says_where_layer_names_are_and_lists_some(pair, tmp_path, capsys):
-    code, _, err = _convert([pair, "0", "--out", str(tmp_path / "out"),
+def test_an_unknown_exclude_says_where_layer_names_are_and_lists_some(digits_pair, tmp_path, capsys):
+    code, _, err = run_convert([digits_pair, "0", "--out", str(tmp_path / "out"),
                              "--exclude", "nosuchlayer"], capsys)
     assert code == cli.EXIT_USAGE
     line, = err.strip().splitlines()
-    assert "no layer named 'nosuchlayer' in " + pair + "-symbol.json" in line, line
+    assert "no layer named 'nosuchlayer' in " + digits_pair + "-symbol.json" in line, line
     assert '"name" of its nodes whose "op" is not "null"' in line, line
     assert "digits_features_conv0_fwd (Convolution)" in line, line
     assert not [f for f in os.listdir(tmp_path) if f.startswith("out")]
 
 
-def test_a_misspelt_exclude_suggests_the_layer(pair, tmp_path, capsys):
-    code, _, err = _convert([pair, "0", "--out", str(tmp_path / "out"),
+def test_a_misspelt_exclude_suggests_the_layer(digits_pair, tmp_path, capsys):
+    code, _, err = run_convert([digits_pair, "0", "--out", str(tmp_path / "out"),
                              "--exclude", "digits_features_conv0"], capsys)
     assert code == cli.EXIT_USAGE
     assert "did you mean 'digits_features_conv0_fwd'?" in err, err
@@ -48,10 +33,10 @@ def test_a_misspelt_exclude_suggests_the_layer(pair, tmp_path, capsys):
 
 @pytest.mark.parametrize("arrays", [{"x": np.zeros((4, 1, 8, 8), np.float32),
                                      "y": np.zeros(4)}, {}], ids=["two-arrays", "empty"])
-def test_a_npz_given_to_inputs_is_one_line_and_exit_2(pair, tmp_path, capsys, arrays):
+def test_a_npz_given_to_inputs_is_one_line_and_exit_2(digits_pair, tmp_path, capsys, arrays):
     npz = str(tmp_path / "samples.npz")
     np.savez(npz, **arrays)
-    code, _, err = _convert([pair, "0", "--out", str(tmp_path / "out"), "--validate", "4",
+    code, _, err = run_convert([digits_pair, "0", "--out", str(tmp_path / "out"), "--validate", "4",
                              "--inputs", npz], capsys)
     assert code == cli.EXIT_USAGE, err
     line, = err.strip().splitlines()

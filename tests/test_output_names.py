@@ -7,13 +7,11 @@ import os
 import subprocess
 import sys
 
-import mxnet as mx
 import pytest
 from mxnet import gluon
 
-from conftest import ROOT
+from conftest import ROOT, run_convert
 from mxmixed import _io, checkpoint, cli
-from mxmixed.tutorial import digits_cnn
 
 NAME_MAX = 255
 
@@ -104,54 +102,37 @@ def test_a_failing_write_names_the_target_never_the_temporary_file(tmp_path, mon
 
 
 # ----------------------------------------------------------------------------- the CLI
-@pytest.fixture
-def pair(tmp_path):
-    net = digits_cnn(seed=1, prefix="digits_")
-    net.hybridize()
-    net(mx.nd.zeros((1, 1, 8, 8)))
-    folder = tmp_path / "in"
-    folder.mkdir()
-    net.export(str(folder / "model"))
-    return str(folder / "model")
-
-
-def _convert(argv, capsys):
-    code = cli.main(["convert"] + argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_convert_writes_an_output_with_the_longest_legal_name(pair, tmp_path, capsys):
+def test_convert_writes_an_output_with_the_longest_legal_name(digits_pair, tmp_path, capsys):
     out = str(tmp_path / ("o" * (_name_max(tmp_path) - len("-symbol.json"))))
-    code, stdout, err = _convert([pair, "0", "--out", out], capsys)
+    code, stdout, err = run_convert([digits_pair, "0", "--out", out], capsys)
     assert code == cli.EXIT_OK, err
     assert os.path.isfile(out + "-symbol.json") and os.path.isfile(out + "-0000.params")
     assert not _hidden(tmp_path)
 
 
-def test_convert_refuses_a_name_too_long_before_any_work(pair, tmp_path, capsys, monkeypatch):
+def test_convert_refuses_a_name_too_long_before_any_work(digits_pair, tmp_path, capsys, monkeypatch):
     def no_work(*args, **kwargs):
         raise AssertionError("the conversion started")
     monkeypatch.setattr("mxmixed.symbolic.load_checkpoint", no_work)
     out = str(tmp_path / ("o" * (_name_max(tmp_path) - len("-symbol.json") + 1)))
-    code, _, err = _convert([pair, "0", "--out", out], capsys)
+    code, _, err = run_convert([digits_pair, "0", "--out", out], capsys)
     assert code == cli.EXIT_USAGE, err
     line, = err.strip().splitlines()
     assert "too long" in line and "bytes" in line and ".tmp" not in line
     assert sorted(os.listdir(tmp_path)) == ["in"]
 
 
-def _latin1_run(pair, out, extra=()):
+def _latin1_run(digits_pair, out, extra=()):
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONIOENCODING="utf-8:strict")
-    return subprocess.run([sys.executable, "-m", "mxmixed", "convert", pair, "0", "--out",
+    return subprocess.run([sys.executable, "-m", "mxmixed", "convert", digits_pair, "0", "--out",
                            os.fsencode(out)] + list(extra),
                           cwd=ROOT, env=env, capture_output=True, timeout=300)
 
 
 @pytest.mark.slow
-def test_a_latin1_output_name_is_printed_under_a_strict_utf8_stdout(pair, tmp_path):
+def test_a_latin1_output_name_is_printed_under_a_strict_utf8_stdout(digits_pair, tmp_path):
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/mod\xe8le")  # 'modèle' in Latin-1
-    proc = _latin1_run(pair, out)
+    proc = _latin1_run(digits_pair, out)
     stdout, stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "nothing written" not in stderr, stderr
@@ -160,9 +141,9 @@ def test_a_latin1_output_name_is_printed_under_a_strict_utf8_stdout(pair, tmp_pa
 
 
 @pytest.mark.slow
-def test_an_error_naming_a_latin1_path_is_one_line_under_a_strict_utf8_stdout(pair, tmp_path):
+def test_an_error_naming_a_latin1_path_is_one_line_under_a_strict_utf8_stdout(digits_pair, tmp_path):
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/no\xe9where/model")
-    proc = _latin1_run(pair, out)
+    proc = _latin1_run(digits_pair, out)
     stderr = proc.stderr.decode("utf-8")
     assert proc.returncode == cli.EXIT_USAGE, stderr
     line, = stderr.strip().splitlines()

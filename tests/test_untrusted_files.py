@@ -15,9 +15,8 @@ import zipfile
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd, gluon
 
-from conftest import ROOT
+from conftest import ROOT, dense_and_trainer, dense_step
 from mxmixed import _untrusted, checkpoint, symbolic
 from mxmixed.checkpoint import CheckpointError
 
@@ -30,23 +29,6 @@ class _Payload:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
-
-
-def _net_and_trainer(optimizer="sgd", **kwargs):
-    mx.random.seed(0)
-    net = gluon.nn.Dense(3, in_units=4)
-    net.initialize()
-    trainer = gluon.Trainer(net.collect_params(), optimizer, dict({"learning_rate": 0.1},
-                                                                  **kwargs),
-                            update_on_kvstore=False)
-    return net, trainer
-
-
-def _step(net, trainer):
-    with autograd.record():
-        loss = (net(mx.nd.arange(8).reshape((2, 4)) / 8) ** 2).sum()
-    loss.backward()
-    trainer.step(2)
 
 
 def _members(path):
@@ -62,8 +44,8 @@ def _write(path, members, compression=zipfile.ZIP_STORED):
 
 @pytest.fixture
 def good(tmp_path):
-    net, trainer = _net_and_trainer(momentum=0.9)
-    _step(net, trainer)
+    net, trainer = dense_and_trainer(momentum=0.9)
+    dense_step(net, trainer)
     path = tmp_path / "good.mxc"
     checkpoint.save(path, net, trainer, extra={"step": 1})
     return path, _members(path)
@@ -103,7 +85,7 @@ def test_a_pickle_payload_in_a_format_1_checkpoint_runs_nothing(good, tmp_path):
     proof = tmp_path / "PWNED"
     payload = pickle.dumps(_Payload(str(proof)))
     path = _format_1(good, tmp_path, payload, payload)
-    net, trainer = _net_and_trainer(momentum=0.9)
+    net, trainer = dense_and_trainer(momentum=0.9)
     before = net.weight.data().asnumpy()
     for args in ((net,), (net, trainer)):  # even a net-only load would have returned extra
         message = _one_line_refusal(path, *args, match="format 1.*pickles.*trusted=True")
@@ -117,11 +99,11 @@ def test_a_pickle_payload_in_a_format_1_checkpoint_runs_nothing(good, tmp_path):
 
 
 def test_a_genuine_format_1_checkpoint_loads_with_trusted_true(tmp_path, good):
-    net, trainer = _net_and_trainer(momentum=0.9)
-    _step(net, trainer)
+    net, trainer = dense_and_trainer(momentum=0.9)
+    dense_step(net, trainer)
     states = trainer._updaters[0].get_states(dump_optimizer=True)  # what format 1 stored
     path = _format_1(good, tmp_path, pickle.dumps({"step": 1}), states)
-    net2, trainer2 = _net_and_trainer(momentum=0.9)
+    net2, trainer2 = dense_and_trainer(momentum=0.9)
     assert checkpoint.load(path, net2, trainer2, trusted=True) == {"step": 1}
     momentum = trainer._updaters[0].states[0].asnumpy()
     assert np.array_equal(trainer2._updaters[0].states[0].asnumpy(), momentum)
@@ -135,7 +117,7 @@ def test_pickles_under_format_2_names_are_never_unpickled(good, tmp_path):
         crafted = dict(members, **{member: payload, "extra.pkl": payload,
                                    "trainer.states": payload})
         _write(tmp_path / "evil.mxc", crafted)
-        net, trainer = _net_and_trainer(momentum=0.9)
+        net, trainer = dense_and_trainer(momentum=0.9)
         _one_line_refusal(tmp_path / "evil.mxc", net, trainer, trusted=True)
         assert not proof.exists(), member
 
@@ -152,7 +134,7 @@ def test_pickles_under_format_2_names_are_never_unpickled(good, tmp_path):
 def test_crafted_plain_data_is_refused_in_one_line(good, tmp_path, member, value, match):
     _, members = good
     _write(tmp_path / "crafted.mxc", dict(members, **{member: json.dumps(value)}))
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(tmp_path / "crafted.mxc", net, match=match)
 
 
@@ -161,7 +143,7 @@ def test_optimizer_attributes_the_optimizer_lacks_are_refused(good, tmp_path):
     state = json.loads(members["trainer.json"])
     state["attrs"]["$dict"].append(["__class__", 1])
     _write(tmp_path / "attr.mxc", dict(members, **{"trainer.json": json.dumps(state)}))
-    net, trainer = _net_and_trainer(momentum=0.9)
+    net, trainer = dense_and_trainer(momentum=0.9)
     _one_line_refusal(tmp_path / "attr.mxc", net, trainer, match="lacks \\(__class__\\)")
     assert type(trainer._optimizer) is mx.optimizer.SGD
 
@@ -178,7 +160,7 @@ def test_a_zip_bomb_is_refused_before_anything_is_inflated(good, tmp_path):
             for _ in range(64):
                 member.write(bytes(1 << 24))  # 1 GiB of zeros, about 1 MB deflated
     assert os.path.getsize(path) < 4 << 20
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(path, net, match="member params.nd is compressed.*does not inflate")
 
 
@@ -190,7 +172,7 @@ def test_a_member_declaring_more_bytes_than_the_file_is_refused(good, tmp_path):
         central = data.index(b"PK\x01\x02", central + 4)
     struct.pack_into("<II", data, central + 20, 2 << 30, 2 << 30)  # its two sizes: 2 GiB
     path.write_bytes(bytes(data))
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(path, net, match="member params.nd declares 2147483648 bytes, more than")
 
 
@@ -206,7 +188,7 @@ def test_a_params_member_with_a_huge_declared_shape_is_refused(good, tmp_path):
     _, members = good
     crafted = dict(members, **{"params.nd": _huge_shape(members["params.nd"])})
     _write(tmp_path / "shape.mxc", crafted)
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(tmp_path / "shape.mxc", net,
                       match=r"member params.nd cannot be loaded: array 0 declares the shape "
                             r"\(1000000, 1000000\) \(4000000000000 bytes\), more than the \d+ "
@@ -217,7 +199,7 @@ def test_a_params_member_with_a_huge_declared_shape_is_refused(good, tmp_path):
 def test_deeply_nested_json_is_refused_before_parsing(good, tmp_path, member):
     _, members = good
     _write(tmp_path / "deep.mxc", dict(members, **{member: "[" * 100000 + "]" * 100000}))
-    net, trainer = _net_and_trainer(momentum=0.9)
+    net, trainer = dense_and_trainer(momentum=0.9)
     _one_line_refusal(tmp_path / "deep.mxc", net, trainer,
                       match="member %s nests JSON 100000 levels deep, more than the limit of "
                             "100" % member)
@@ -228,7 +210,7 @@ def test_a_manifest_with_wrong_types_is_refused_in_one_line(good, tmp_path):
     manifest = json.loads(members["manifest.json"])
     manifest["params"] = [{"name": 1, "shape": "x"}]
     _write(tmp_path / "types.mxc", dict(members, **{"manifest.json": json.dumps(manifest)}))
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(tmp_path / "types.mxc", net, match="wrong types")
 
 
@@ -246,7 +228,7 @@ def test_nd_bytes_are_the_bytes_mx_nd_save_writes(tmp_path):
 
 
 def test_extra_keeps_its_types(tmp_path):
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     rng = np.random.RandomState(3)
     extra = {"rng": rng.get_state(), "step": 7, (1, "a"): [None, True, 1.5, float("inf")],
              "nan": float("nan"), "scalar": np.float32(0.25), "ids": np.arange(5, dtype=np.int8),
@@ -278,11 +260,11 @@ def test_optimizers_resume_bit_for_bit_without_pickle(tmp_path, optimizer, kwarg
         args = dict(kwargs)
         if args.get("lr_scheduler") == "factor":
             args["lr_scheduler"] = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5)
-        return _net_and_trainer(optimizer, **args)
+        return dense_and_trainer(optimizer, **args)
 
     net, trainer = build()
     for _ in range(3):
-        _step(net, trainer)
+        dense_step(net, trainer)
     checkpoint.save(tmp_path / "o.mxc", net, trainer)
     net2, trainer2 = build()
     net2.weight.set_data(net2.weight.data() + 1)
@@ -290,8 +272,8 @@ def test_optimizers_resume_bit_for_bit_without_pickle(tmp_path, optimizer, kwarg
     assert trainer2._optimizer._index_update_count is \
         trainer2._optimizer._all_index_update_counts[0]
     for _ in range(3):
-        _step(net, trainer)
-        _step(net2, trainer2)
+        dense_step(net, trainer)
+        dense_step(net2, trainer2)
     for name in ("weight", "bias"):
         assert np.array_equal(getattr(net, name).data().asnumpy(),
                               getattr(net2, name).data().asnumpy()), name
@@ -300,10 +282,10 @@ def test_optimizers_resume_bit_for_bit_without_pickle(tmp_path, optimizer, kwarg
 
 
 def test_a_saved_schedule_needs_a_schedule_of_the_same_class(tmp_path):
-    net, trainer = _net_and_trainer(lr_scheduler=mx.lr_scheduler.FactorScheduler(step=2))
-    _step(net, trainer)
+    net, trainer = dense_and_trainer(lr_scheduler=mx.lr_scheduler.FactorScheduler(step=2))
+    dense_step(net, trainer)
     checkpoint.save(tmp_path / "s.mxc", net, trainer)
-    net2, trainer2 = _net_and_trainer()
+    net2, trainer2 = dense_and_trainer()
     _one_line_refusal(tmp_path / "s.mxc", net2, trainer2,
                       match="learning-rate schedule FactorScheduler, this trainer's optimizer "
                             "has none")
@@ -387,7 +369,7 @@ def test_an_extra_too_big_to_read_back_is_refused_when_saving(tmp_path, monkeypa
     from mxmixed import _ckpt_format
 
     monkeypatch.setattr(_ckpt_format, "MAX_JSON_BYTES", 1000)
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     with pytest.raises(ValueError, match="more than the 1000 that a checkpoint reads back"):
         checkpoint.save(tmp_path / "x.mxc", net, extra={"a": np.zeros(1000)})
     checkpoint.save(tmp_path / "x.mxc", net, extra={"a": mx.nd.zeros(1000)})  # an NDArray fits
@@ -403,7 +385,7 @@ def test_a_device_or_a_fifo_is_not_read_as_a_checkpoint_or_a_params_file(tmp_pat
     with pytest.raises(symbolic.ConversionError, match="is not a regular file"):
         symbolic.load_checkpoint(prefix, 0)
     os.mkfifo(tmp_path / "fifo.mxc")
-    net, _ = _net_and_trainer()
+    net, _ = dense_and_trainer()
     _one_line_refusal(tmp_path / "fifo.mxc", net, match="is not a regular file")
     os.symlink("/dev/zero", tmp_path / "zero.mxc")
     _one_line_refusal(tmp_path / "zero.mxc", net, match="is not a regular file")
@@ -422,5 +404,5 @@ def test_optimizer_data_of_the_wrong_kind_is_refused_at_load(good, tmp_path, cha
     state = json.loads(members["trainer.json"])
     change(state)
     _write(tmp_path / "kind.mxc", dict(members, **{"trainer.json": json.dumps(state)}))
-    net, trainer = _net_and_trainer(momentum=0.9)
+    net, trainer = dense_and_trainer(momentum=0.9)
     _one_line_refusal(tmp_path / "kind.mxc", net, trainer, match=match)
