@@ -47,10 +47,10 @@ HOW = ("one process; float32 and bfloat16 timed in alternating blocks per round 
 
 
 def cpu_facts():
-    from mxmixed import _state
+    from mxmixed._core import state
     from mxmixed import sysinfo
 
-    flags = _state._cpu_flags() or set()
+    flags = state._cpu_flags() or set()
     model = "unknown"
     try:
         with open("/proc/cpuinfo") as handle:
@@ -277,13 +277,14 @@ def accuracy(seeds, epochs):
 
 
 def run(quick=False):
-    from mxmixed import _state, sysinfo
+    from mxmixed import sysinfo
+    from mxmixed._core import state
 
     facts = cpu_facts()
     records = [_rec("CPU", "model, flags, how bfloat16 runs here", facts["cpu"], "text",
                     absolute="%s; %s" % (" ".join(facts["flags"]), facts["bfloat16"]),
                     cpu=facts)]
-    runs, why = _state.bfloat16_support()
+    runs, why = state.bfloat16_support()
     if not runs:
         records.append(_rec("all", "bfloat16", None, "x", absolute="skipped: " + why,
                             skipped=True))

@@ -9,7 +9,7 @@ The names below load their module, and MXNet, on first use (PEP 562), so that ``
 """
 import importlib
 
-from ._compat import check_mxnet_installed, check_numpy
+from ._core.compat import check_mxnet_installed, check_numpy
 
 check_numpy()
 check_mxnet_installed()
@@ -20,7 +20,7 @@ _SUBMODULES = ("checkpoint", "diagnostics", "distributed", "emulation", "optim",
                "symbolic", "training")
 # public name -> the module that defines it
 _HOMES = {
-    "bfloat16_support": "_state",
+    "bfloat16_support": "_core.state",
     "CheckpointError": "checkpoint",
     "emulated": "emulation", "emulation_active": "emulation",
     "master_weights": "optim", "multi_precision_trainer": "optim",

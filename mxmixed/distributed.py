@@ -22,7 +22,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from . import checkpoint
-from ._kvstore import init_kvstore, is_distributed, kvstore_name
+from ._core.kvstore import init_kvstore, is_distributed, kvstore_name
 from .scaler import LossScaler
 
 if TYPE_CHECKING:  # for the annotations only: checkpoint imports MXNet when it runs

@@ -32,7 +32,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.optimizer import Optimizer
 
-from ._kvstore import kvstore_name
+from ._core.kvstore import kvstore_name
 
 __all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weights"]
 

@@ -35,10 +35,10 @@ from mxnet.gluon import Block, SymbolBlock, Trainer
 from mxnet.module import Module
 
 from . import emulation as emu
-from ._amp import amp_scope
-from ._io import atomic_write, special_file
-from ._patches import Patches
-from ._state import bfloat16_native, bfloat16_support
+from .training._amp import amp_scope
+from ._files.atomic import atomic_write, special_file
+from ._core.patches import Patches
+from ._core.state import bfloat16_native, bfloat16_support
 from .diagnostics.nonfinite import nonfinite_gradients
 
 __all__ = ["run_script", "StepRecorder", "ScriptTerminated", "layer_of_parameter", "LAYER_FROM"]

@@ -2,7 +2,7 @@
 
 :class:`LossScaler` is pure bookkeeping: it holds the scale and moves it by the outcome of each
 step (:meth:`LossScaler.update`). It knows nothing of Gluon trainers; :func:`mxmixed.init_trainer`
-links one to a ``Trainer`` through a handle (``mxmixed._handle``) that checks the gradients and
+links one to a ``Trainer`` through a handle (``mxmixed.training._handle``) that checks the gradients and
 calls :meth:`~LossScaler.update`.
 
 MXNet 1.9.1's own AMP scaler is private (``trainer._amp_loss_scaler``), hard-coded (2**16 to

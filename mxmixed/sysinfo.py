@@ -8,8 +8,9 @@ import numpy as np
 
 import mxnet as mx
 
-from . import _graph as graphs
-from . import _state, emulation
+from ._core import graph as graphs
+from . import emulation
+from ._core import state
 from ._version import __version__
 
 __all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "PINNED_PACKAGES"]
@@ -40,10 +41,10 @@ def cpu_has_avx512_bf16():
 
 
 def _bfloat16():
-    runs, reason = _state.bfloat16_support()
+    runs, reason = state.bfloat16_support()
     if not runs:
         return "cannot run: " + reason
-    native = _state.bfloat16_native()
+    native = state.bfloat16_native()
     if native:
         return ("native: oneDNN runs bfloat16 with this CPU's %s instructions (`mxmixed info "
                 "--probe` measures the speed-up)" % native)
@@ -83,7 +84,7 @@ def probe_bfloat16(repeats=7):
     RuntimeError
         When bfloat16 cannot run here (the reason of :func:`mxmixed.bfloat16_support`).
     """
-    runs, reason = _state.bfloat16_support()
+    runs, reason = state.bfloat16_support()
     if not runs:
         raise RuntimeError("bfloat16 cannot run here: %s" % reason)
     rng = np.random.RandomState(0)

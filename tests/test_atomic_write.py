@@ -1,7 +1,7 @@
 """Writing a converted pair (symbol json + params) never destroys a good earlier pair.
 
 ``mxmixed.symbolic.save_checkpoint`` (behind ``ConvertedModel.save`` and ``mxmixed convert``)
-writes through the one atomic writer, ``mxmixed._io``: when the new pair cannot be completed,
+writes through the one atomic writer, ``mxmixed._files.atomic``: when the new pair cannot be completed,
 the earlier pair is left exactly as it was, and nothing else is left in the folder.
 """
 import os
@@ -12,7 +12,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxmixed import _io, symbolic
+from mxmixed import symbolic
+from mxmixed._files import atomic as _io
 
 
 def _pair(scale):

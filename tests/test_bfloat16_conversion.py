@@ -10,8 +10,8 @@ import mxnet as mx
 from mxnet import gluon
 
 from mxmixed import cli, symbolic
-from mxmixed._graph import BFLOAT16
-from mxmixed._state import bfloat16_support
+from mxmixed._core.graph import BFLOAT16
+from mxmixed._core.state import bfloat16_support
 
 RUNS, WHY = bfloat16_support()
 needs_bfloat16 = pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
@@ -182,9 +182,9 @@ def test_cli_bfloat16_validation_failure_points_at_exclude_not_the_search(cifar,
 
 
 def test_cli_bfloat16_validate_needs_a_cpu_that_runs_it(cifar, tmp_path, capsys, monkeypatch):
-    from mxmixed import _state
+    from mxmixed._core import state
 
-    monkeypatch.setattr(_state, "bfloat16_support", lambda: (False, "this CPU lacks avx512bw"))
+    monkeypatch.setattr(state, "bfloat16_support", lambda: (False, "this CPU lacks avx512bw"))
     code = cli.main(["convert", cifar[0], "0", "--out", str(tmp_path / "o"), "--dtype",
                      "bfloat16", "--validate", "2", "--input-shape", "3,32,32"])
     err = capsys.readouterr().err

@@ -4,7 +4,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxmixed import _state, cli, sysinfo
+from mxmixed import cli, sysinfo
+from mxmixed._core import state
 
 CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 
@@ -18,12 +19,12 @@ CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
     ({"avx2", "fma"}, "cannot run: MXNet's bfloat16 ops (oneDNN) need a CPU with AVX-512"),
 ])
 def test_info_names_how_bfloat16_runs_from_the_cpu_flags(monkeypatch, flags, start):
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(state, "_cpu_flags", lambda: flags)
     assert sysinfo.collect()["bfloat16"].startswith(start)
 
 
 def test_probe_answers_cannot_run_and_exits_0_where_bfloat16_cannot_run(monkeypatch, capsys):
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(state, "_cpu_flags", lambda: {"avx2"})
     assert cli.main(["info", "--probe"]) == 0
     captured = capsys.readouterr()
     line = [l for l in captured.out.splitlines() if l.startswith("bfloat16 probe:")]
@@ -31,8 +32,8 @@ def test_probe_answers_cannot_run_and_exits_0_where_bfloat16_cannot_run(monkeypa
     assert captured.err == ""
 
 
-@pytest.mark.skipif(not _state.bfloat16_support()[0],
-                    reason="bfloat16 cannot run here: %s" % _state.bfloat16_support()[1])
+@pytest.mark.skipif(not state.bfloat16_support()[0],
+                    reason="bfloat16 cannot run here: %s" % state.bfloat16_support()[1])
 def test_probe_times_both_dtypes_and_its_bfloat16_input_really_is_bfloat16(capsys):
     cast = sysinfo._to_bfloat16(mx.nd.array([1.0, 1.0 + 2.0 ** -9, 3.0]))
     assert cast.dtype == np.dtype([("bfloat16", np.uint16)])
@@ -50,7 +51,7 @@ EMULATED = CORE  # AVX-512 without AVX512-BF16 or AMX
 def test_amp_scope_says_in_one_line_that_emulated_bfloat16_is_slow(monkeypatch):
     import mxmixed
 
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: EMULATED)
+    monkeypatch.setattr(state, "_cpu_flags", lambda: EMULATED)
     with pytest.warns(UserWarning, match="emulated by oneDNN .*slower than float32") as got:
         with mxmixed.amp_scope(target_dtype="bfloat16"):
             pass
@@ -70,7 +71,7 @@ def test_load_bfloat16_and_convert_say_it_where_bfloat16_is_emulated(monkeypatch
     net(mx.nd.ones((1, 4)))
     prefix = str(tmp_path / "m")
     net.export(prefix)
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: EMULATED)
+    monkeypatch.setattr(state, "_cpu_flags", lambda: EMULATED)
     assert cli.main(["convert", prefix, "0", "--out", prefix + "-bf16", "--dtype",
                      "bfloat16"]) == 0
     err = capsys.readouterr().err
@@ -94,7 +95,7 @@ def test_native_bfloat16_loads_without_a_warning(monkeypatch, tmp_path):
     net.export(prefix)
     symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16").save(
         prefix + "-bf16")
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: CORE | {"avx512_bf16"})
+    monkeypatch.setattr(state, "_cpu_flags", lambda: CORE | {"avx512_bf16"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         symbolic.load_bfloat16(prefix + "-bf16", 0)

@@ -15,7 +15,8 @@ import mxnet as mx
 import pytest
 
 from conftest import dense_and_trainer, dense_step
-from mxmixed import _untrusted, checkpoint
+from mxmixed import checkpoint
+from mxmixed._files import untrusted
 from mxmixed.checkpoint import CheckpointError
 from mxmixed.scaler import LossScaler
 
@@ -186,7 +187,7 @@ def test_an_optimizer_state_of_the_wrong_shape_or_dtype_is_refused_at_load(good,
     for key, bad in ((next(iter(arrays)), mx.nd.zeros((7,))),
                      (next(iter(arrays)), mx.nd.zeros(arrays[next(iter(arrays))].shape,
                                                       dtype="int32"))):
-        members = dict(good, **{"trainer.nd": _untrusted.nd_bytes(dict(arrays, **{key: bad}))})
+        members = dict(good, **{"trainer.nd": untrusted.nd_bytes(dict(arrays, **{key: bad}))})
         path = _write(tmp_path / "state.mxc", members)
         _refused(path, match="optimizer state of parameter")
 

@@ -19,7 +19,8 @@ import pytest
 from mxnet import gluon
 
 from conftest import ROOT
-from mxmixed import _io, checkpoint
+from mxmixed import checkpoint
+from mxmixed._files import atomic
 
 SAVING_LOOP = """
 import sys
@@ -116,12 +117,12 @@ def test_sweep_leaves_temporary_files_of_live_processes_and_other_hosts(tmp_path
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         names = {
-            "dead": ".ckpt.mxc.%d.%s%s.tmp" % (dead.pid, _io._HOST, "0123abcd"),
-            "dead_backup": ".ckpt.mxc.%d.%s%s.bak" % (dead.pid, _io._HOST, "0123abcd"),
-            "alive": ".ckpt.mxc.%d.%s%s.tmp" % (sleeper.pid, _io._HOST, "0123abcd"),
-            "other_host": ".ckpt.mxc.%d.%s%s.tmp" % (dead.pid, "%04x" % (int(_io._HOST, 16) ^ 1),
+            "dead": ".ckpt.mxc.%d.%s%s.tmp" % (dead.pid, atomic._HOST, "0123abcd"),
+            "dead_backup": ".ckpt.mxc.%d.%s%s.bak" % (dead.pid, atomic._HOST, "0123abcd"),
+            "alive": ".ckpt.mxc.%d.%s%s.tmp" % (sleeper.pid, atomic._HOST, "0123abcd"),
+            "other_host": ".ckpt.mxc.%d.%s%s.tmp" % (dead.pid, "%04x" % (int(atomic._HOST, 16) ^ 1),
                                                       "0123abcd"),
-            "other_target": ".other.mxc.%d.%s%s.tmp" % (dead.pid, _io._HOST, "0123abcd"),
+            "other_target": ".other.mxc.%d.%s%s.tmp" % (dead.pid, atomic._HOST, "0123abcd"),
         }
         for name in names.values():
             (tmp_path / name).write_bytes(b"partial")

@@ -80,12 +80,13 @@ def test_info_reports_no_internal_layering():
 
 
 def test_info_bfloat16_line_agrees_with_what_mxnet_needs(monkeypatch):
-    from mxmixed import _state, sysinfo
+    from mxmixed import sysinfo
+    from mxmixed._core import state
 
-    monkeypatch.setattr(_state, "bfloat16_support", lambda: (True, ""), raising=False)
-    monkeypatch.setattr(_state, "bfloat16_native", lambda: None, raising=False)
+    monkeypatch.setattr(state, "bfloat16_support", lambda: (True, ""), raising=False)
+    monkeypatch.setattr(state, "bfloat16_native", lambda: None, raising=False)
     assert sysinfo.collect()["bfloat16"].startswith("emulated by oneDNN")
-    monkeypatch.setattr(_state, "bfloat16_support",
+    monkeypatch.setattr(state, "bfloat16_support",
                         lambda: (False, "this CPU lacks avx512bw"), raising=False)
     line = sysinfo.format_info(sysinfo.collect())
     assert "bfloat16 AMP (MXNet) : cannot run: this CPU lacks avx512bw" in line

@@ -11,7 +11,8 @@ import pytest
 import mxnet as mx
 from mxnet.gluon import nn
 
-from mxmixed import _preflight, cli, symbolic
+from mxmixed import cli, symbolic
+from mxmixed.cli import _preflight
 from mxmixed.tutorial import digits_cnn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ import pytest
 import mxnet as mx
 
 from mxmixed import diagnostics
-from mxmixed._graph import last_line
+from mxmixed._core.graph import last_line
 
 SIZE = 256
 DETECTORS = [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mxmixed import emulation
-from mxmixed._state import EMULATION
+from mxmixed._core.state import EMULATION
 
 
 def test_disable_restores_mxnet_functions():

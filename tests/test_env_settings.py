@@ -2,7 +2,7 @@
 
 ``MXMIXED_EMULATION_KEEP_LAYOUTS=2``, ``yes`` or `` 1`` once made ``mxmixed convert --validate``
 print a 27-line traceback after the conversion. Every ``MXMIXED_*`` variable the package reads
-is checked in one place, ``mxmixed._env``.
+is checked in one place, ``mxmixed._core.env``.
 """
 import ast
 import os
@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from mxmixed import _env, cli, emulation
-from mxmixed._state import EMULATION
+from mxmixed import cli, emulation
+from mxmixed._core import env as _env
+from mxmixed._core.state import EMULATION
 
 BAD = [("MXMIXED_EMULATION_KEEP_LAYOUTS", "2"), ("MXMIXED_EMULATION_KEEP_LAYOUTS", "yes"),
        ("MXMIXED_EMULATION_KEEP_LAYOUTS", " 1"), ("MXMIXED_EMULATION_CARRY", "true"),

@@ -15,8 +15,8 @@ from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "mxmixed")
 # the training layer and below: no `import` of an mxmixed module inside a function
-NO_LOCAL_IMPORTS = ("_state.py", "_finite.py", "scaler.py", "_handle.py", "_amp.py",
-                    "training.py")
+NO_LOCAL_IMPORTS = ("_core/state.py", "_core/finite.py", "scaler.py", "training/_handle.py",
+                    "training/_amp.py", "training/__init__.py")
 
 
 def _modules():

@@ -14,7 +14,8 @@ import onnx.numpy_helper
 import onnxruntime as ort
 from gluoncv.model_zoo import get_model
 
-from mxmixed import _io, cli, symbolic
+from mxmixed import cli, symbolic
+from mxmixed._files import atomic as _io
 
 SHAPE = (3, 32, 32)
 

@@ -11,7 +11,9 @@ import pytest
 from mxnet import gluon
 
 from conftest import ROOT, run_convert
-from mxmixed import _io, checkpoint, cli
+from mxmixed import checkpoint, cli
+from mxmixed.cli._streams import PipeSafe
+from mxmixed._files import atomic
 
 NAME_MAX = 255
 
@@ -48,25 +50,25 @@ def test_a_checkpoint_with_the_longest_legal_name_is_written_and_loads(tmp_path)
 def test_a_long_name_in_utf8_is_written_whole(tmp_path, name):
     # 255 bytes of UTF-8: the temporary name is cut on a character, never inside one
     assert len(os.fsencode(name)) == 255
-    _io.atomic_write(str(tmp_path / name), b"data")
+    atomic.atomic_write(str(tmp_path / name), b"data")
     assert (tmp_path / name).read_bytes() == b"data" and os.listdir(tmp_path) == [name]
 
 
 def test_a_pair_with_the_longest_legal_names_is_written_whole(tmp_path):
     stem = "p" * (_name_max(tmp_path) - len("-symbol.json"))
     paths = [str(tmp_path / (stem + "-symbol.json")), str(tmp_path / (stem + "-0000.params"))]
-    _io.atomic_write_group([(paths[0], b"{}"), (paths[1], b"params")])
-    _io.atomic_write_group([(paths[0], b"{ }"), (paths[1], b"params2")])  # over the pair
+    atomic.atomic_write_group([(paths[0], b"{}"), (paths[1], b"params")])
+    atomic.atomic_write_group([(paths[0], b"{ }"), (paths[1], b"params2")])  # over the pair
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in paths)
 
 
 def test_stale_temporary_files_of_a_long_name_are_swept(tmp_path):
     target = str(tmp_path / ("s" * _name_max(tmp_path)))
-    temp = _io._create(target)  # as a process killed outright would leave it
+    temp = atomic._create(target)  # as a process killed outright would leave it
     dead = temp.replace(".%d." % os.getpid(), ".%d." % (2 ** 22 + 1))  # no such pid
     os.rename(temp, dead)
     assert len(os.fsencode(os.path.basename(dead))) <= _name_max(tmp_path)
-    assert _io.sweep_stale(target) == [dead]
+    assert atomic.sweep_stale(target) == [dead]
 
 
 def test_a_name_too_long_for_the_filesystem_is_refused_naming_the_target(tmp_path):
@@ -76,7 +78,7 @@ def test_a_name_too_long_for_the_filesystem_is_refused_naming_the_target(tmp_pat
     assert info.value.errno == errno.ENAMETOOLONG
     assert info.value.filename == str(path) and ".tmp" not in str(info.value)
     with pytest.raises(OSError) as info:
-        _io.check_writable([str(path)])
+        atomic.check_writable([str(path)])
     assert info.value.errno == errno.ENAMETOOLONG and info.value.filename == str(path)
     assert os.listdir(tmp_path) == []
 
@@ -155,7 +157,7 @@ def test_printing_a_path_never_fails_whatever_the_encoding(capsys):
     import io
     raw = io.BytesIO()
     strict = io.TextIOWrapper(raw, encoding="ascii", errors="strict")
-    safe = cli._PipeSafe(strict)
+    safe = PipeSafe(strict)
     print("wrote", os.fsdecode(b"/tmp/mod\xe8le"), "and \u4e2d", file=safe)
     safe.flush()
     assert raw.getvalue() == b"wrote /tmp/mod\\xe8le and \\u4e2d\n"

@@ -8,7 +8,7 @@ from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
 from conftest import run_python
 from mxmixed import emulation
-from mxmixed._finite import all_finite, each_finite, exact_all_finite, nonfinite_sums
+from mxmixed._core.finite import all_finite, each_finite, exact_all_finite, nonfinite_sums
 from mxmixed.emulation._overflow import REAL_HAS_OVERFLOW, has_overflow
 
 INF, NAN = float("inf"), float("nan")

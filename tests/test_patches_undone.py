@@ -8,8 +8,8 @@ from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
 from conftest import run_python
 from mxmixed import emulation
-from mxmixed._patches import Patches
-from mxmixed._state import EMULATION
+from mxmixed._core.patches import Patches
+from mxmixed._core.state import EMULATION
 from mxmixed.emulation._wrappers import AMP_MODULE
 
 
@@ -57,7 +57,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 import mxmixed
-from mxmixed._handle import FollowingScaler
+from mxmixed.training._handle import FollowingScaler
 
 own, own_module = amp.scale_loss, amp.amp.scale_loss
 assert own is own_module and own.__module__ == "mxnet.contrib.amp.amp"
@@ -87,7 +87,7 @@ INIT_SCRIPT = """
 from mxnet import gluon
 from mxnet.contrib import amp
 import mxmixed
-from mxmixed._handle import FollowingScaler, handle_scale_loss
+from mxmixed.training._handle import FollowingScaler, handle_scale_loss
 
 mxmixed.init()
 net = gluon.nn.Dense(2, in_units=4)

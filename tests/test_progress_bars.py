@@ -8,7 +8,7 @@ import pytest
 
 import mxnet as mx
 
-from mxmixed import _progress
+from mxmixed._core import progress as _progress
 from mxmixed.tutorial import digits_cnn, digits_loaders, fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

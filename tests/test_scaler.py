@@ -1,7 +1,7 @@
 """LossScaler: PyTorch-equal dynamics, hysteresis, floor/ceiling, state, guard and bad input.
 
 The overflow check itself (``has_overflow(params)``, MXNet's protocol) belongs to the handle that
-links a Trainer to its scaler (``mxmixed._handle``); the tests below that need it go through it.
+links a Trainer to its scaler (``mxmixed.training._handle``); the tests below that need it go through it.
 """
 import json
 import math
@@ -13,7 +13,7 @@ import pytest
 from mxnet import gluon
 
 from conftest import ROOT
-from mxmixed._handle import attach
+from mxmixed.training._handle import attach
 from mxmixed.scaler import LossScaleError, LossScaler
 
 with open(os.path.join(ROOT, "tests", "data", "gradscaler_table.json")) as _file:

@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from conftest import run_python
-from mxmixed import _state
+from mxmixed._core import state
 from mxmixed.scaler import LossScaler
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
@@ -86,7 +86,7 @@ def test_scope_disabled_changes_nothing():
 
 
 def test_init_refuses_bfloat16_on_a_cpu_without_avx512(monkeypatch):
-    monkeypatch.setattr(_state, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(state, "_cpu_flags", lambda: {"avx2", "avx512f"})
     with pytest.raises(RuntimeError, match="AVX-512 F/BW/VL/DQ.*lacks avx512bw, avx512vl, "
                                            "avx512dq"):
         mxmixed.init(target_dtype="bfloat16")
@@ -96,9 +96,9 @@ def test_init_refuses_bfloat16_on_a_cpu_without_avx512(monkeypatch):
 def test_bfloat16_needs_avx512_core_not_avx512_bf16(monkeypatch):
     # measured on MXNet 1.9.1 with oneDNN capped by DNNL_MAX_CPU_ISA: bfloat16 AMP runs at
     # AVX512_CORE (no AVX512-BF16) and fails at AVX2
-    monkeypatch.setattr(_state, "_cpu_flags",
+    monkeypatch.setattr(state, "_cpu_flags",
                         lambda: {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
-    assert _state.bfloat16_support() == (True, "")
+    assert state.bfloat16_support() == (True, "")
 
 
 def test_init_refuses_numpy_mode():

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, dense_and_trainer, dense_step
-from mxmixed import _untrusted, checkpoint, symbolic
+from mxmixed import checkpoint, symbolic
+from mxmixed._files import untrusted
 from mxmixed.checkpoint import CheckpointError
 
 
@@ -219,12 +220,12 @@ def test_nd_bytes_are_the_bytes_mx_nd_save_writes(tmp_path):
     arrays = {"w": mx.nd.ones((2, 3)), "h": mx.nd.array([1, 2], dtype="float16"),
               "i": mx.nd.array([1, 2], dtype="int64"), "u": mx.nd.array([7], dtype="uint8")}
     mx.nd.save(str(tmp_path / "a.nd"), arrays)
-    data = _untrusted.nd_bytes(arrays)
+    data = untrusted.nd_bytes(arrays)
     assert data == (tmp_path / "a.nd").read_bytes()
-    assert _untrusted.check_nd_bytes(data, "a.nd") == 4
+    assert untrusted.check_nd_bytes(data, "a.nd") == 4
     for cut in (10, 40, len(data) - 1):
-        with pytest.raises(_untrusted.UnsafeFileError, match="a.nd"):
-            _untrusted.check_nd_bytes(data[:cut], "a.nd")
+        with pytest.raises(untrusted.UnsafeFileError, match="a.nd"):
+            untrusted.check_nd_bytes(data[:cut], "a.nd")
 
 
 def test_extra_keeps_its_types(tmp_path):
@@ -366,9 +367,9 @@ def test_a_deeply_nested_declared_shape_attribute_is_not_parsed_recursively(tmp_
 
 
 def test_an_extra_too_big_to_read_back_is_refused_when_saving(tmp_path, monkeypatch):
-    from mxmixed import _ckpt_format
+    from mxmixed.checkpoint import _format
 
-    monkeypatch.setattr(_ckpt_format, "MAX_JSON_BYTES", 1000)
+    monkeypatch.setattr(_format, "MAX_JSON_BYTES", 1000)
     net, _ = dense_and_trainer()
     with pytest.raises(ValueError, match="more than the 1000 that a checkpoint reads back"):
         checkpoint.save(tmp_path / "x.mxc", net, extra={"a": np.zeros(1000)})

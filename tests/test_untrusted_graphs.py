@@ -14,8 +14,9 @@ import mxnet as mx
 import pytest
 
 from conftest import ROOT, run_python
-from mxmixed import _untrusted, symbolic
-from mxmixed._untrusted import UnsafeFileError, check_graph, json_object_pairs
+from mxmixed import symbolic
+from mxmixed._files import untrusted
+from mxmixed._files.untrusted import UnsafeFileError, check_graph, json_object_pairs
 
 
 def _pair(folder, sym=None, name="m"):
@@ -227,7 +228,7 @@ def test_more_outputs_than_the_file_size_allows_are_refused(tmp_path):
     text = json.dumps(graph)
     assert len(text) < 5000
     with pytest.raises(UnsafeFileError, match="more than %d outputs in all"
-                       % _untrusted.graph_outputs_limit(len(text))):
+                       % untrusted.graph_outputs_limit(len(text))):
         check_graph(graph, "f", len(text))
     check_graph(graph, "f", 16 * 163840)  # the same nodes in a file 16 times as big pass
 
@@ -286,16 +287,16 @@ def test_a_converted_model_passes_the_check_and_loads_back(tmp_path):
 
 
 def test_every_denied_op_is_an_op_of_this_mxnet():
-    known = _untrusted._registry()
-    assert set(_untrusted.DENIED_OPS) <= known
-    assert {"_Native", "_NDArray", "Custom", "_CustomFunction"} <= set(_untrusted.DENIED_OPS)
+    known = untrusted._registry()
+    assert set(untrusted.DENIED_OPS) <= known
+    assert {"_Native", "_NDArray", "Custom", "_CustomFunction"} <= set(untrusted.DENIED_OPS)
 
 
 _SCAN = r"""
 import ctypes, re, sys
 import mxnet as mx
 from mxnet.base import _LIB, check_call, py_str, mx_uint, c_str
-from mxmixed import _untrusted
+from mxmixed._files import untrusted
 
 def args_of(op):
     h = ctypes.c_void_p(); check_call(_LIB.NNGetOpHandle(c_str(op), ctypes.byref(h)))
@@ -315,11 +316,11 @@ def default(kind):
     return "float32" if kind.startswith("string") else None
 
 def outputs(op, attrs):
-    return _untrusted._op_outputs(op, tuple(sorted(attrs.items())))
+    return untrusted._op_outputs(op, tuple(sorted(attrs.items())))
 
-capped = set(_untrusted._COUNT_ATTRS) | set(_untrusted._COUNT_TUPLE_ATTRS)
-for op in sorted(_untrusted._registry()):
-    if _untrusted._denied(op):
+capped = set(untrusted._COUNT_ATTRS) | set(untrusted._COUNT_TUPLE_ATTRS)
+for op in sorted(untrusted._registry()):
+    if untrusted._denied(op):
         continue
     params = [(a, t) for a, t in args_of(op) if "NDArray" not in t and "Symbol" not in t]
     base = {a: default(t) for a, t in params if "required" in t and default(t) is not None}

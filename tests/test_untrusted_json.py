@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mxmixed._untrusted import UnsafeFileError, check_json_depth
+from mxmixed._files.untrusted import UnsafeFileError, check_json_depth
 
 
 def _depth(value):

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT
 from mxmixed import symbolic
-from mxmixed._untrusted import UnsafeFileError, check_nd_bytes, nd_bytes
+from mxmixed._files.untrusted import UnsafeFileError, check_nd_bytes, nd_bytes
 
 V2, V3 = 0xF993FAC9, 0xF993FACA
 

@@ -21,7 +21,8 @@ import pytest
 from mxnet import gluon
 
 from conftest import ROOT
-from mxmixed import _io, checkpoint, symbolic
+from mxmixed import checkpoint, symbolic
+from mxmixed._files import atomic
 from mxmixed.cli import main
 from mxmixed.run import run_script
 
@@ -285,8 +286,8 @@ def test_a_checkpoint_onto_a_link_a_fifo_or_a_device_is_refused_and_left(tmp_pat
         with pytest.raises(OSError, match=re.escape("it is %s, not a regular file" % kind)):
             checkpoint.save(target, _net(1.0))
         _unchanged(target, kind)
-        with pytest.raises(_io.NotRegularFileError):
-            _io.atomic_write(str(target), b"x")
+        with pytest.raises(atomic.NotRegularFileError):
+            atomic.atomic_write(str(target), b"x")
         _unchanged(target, kind)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
 
@@ -302,7 +303,7 @@ def test_convert_onto_a_link_or_a_device_exits_2_and_leaves_it(tmp_path, capsys)
         assert err.count("\n") == 1 and "is %s, not a regular file" % kind in err
         _unchanged(tmp_path / (os.path.basename(out) + "-symbol.json"), kind)
         assert not os.path.exists(out + "-0000.params")
-        with pytest.raises(_io.NotRegularFileError):
+        with pytest.raises(atomic.NotRegularFileError):
             symbolic.save_checkpoint(out, 0, *_model(3))
         assert not os.path.exists(out + "-0000.params")
 

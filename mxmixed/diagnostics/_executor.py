@@ -17,7 +17,7 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
-from .._graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
+from .._core.graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
 from ._graph import infer_shapes
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .. import _graph as graphs
+from .._core import graph as graphs
 from .. import emulation
-from .._graph import graph_json, last_line
+from .._core.graph import graph_json, last_line
 
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"

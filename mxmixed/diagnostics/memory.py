@@ -33,9 +33,9 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._convert import amp_forced, convert_graph, settle
-from .._graph import graph_json, load_graph
-from .._state import amp_initialized
+from .._core.convert import amp_forced, convert_graph, settle
+from .._core.graph import graph_json, load_graph
+from .._core.state import amp_initialized
 from ..training import amp_scope
 from ._graph import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
@@ -332,7 +332,7 @@ def _graph_info(graph, shapes, dtypes, config):
     """:class:`GraphInfo` of one column. A graph that casts to float32 itself (gluoncv's
     Faster R-CNN clips boxes against a ``Cast(float32)``) does not type-check once every
     param is float16; its float16 column then casts those inputs as a user would have to
-    (:func:`mxmixed._convert.settle`)."""
+    (:func:`mxmixed._core.convert.settle`)."""
     try:
         return GraphInfo(graph, shapes, dtypes)
     except TypeError:

@@ -3,9 +3,9 @@
 Two reductions per parameter and one synchronization, so a loss scaler can call it when it
 raises. :func:`~mxmixed.diagnostics.find_overflow` names the exact op, at the cost of a pass.
 
-The implementation lives in the training layer's ``mxmixed._finite`` (the Trainer's overflow
+The implementation lives in the training layer's ``mxmixed._core.finite`` (the Trainer's overflow
 check names the parameter with it, below the diagnostics); this module is its public face.
 """
-from .._finite import NonfiniteGradients, nonfinite_gradients
+from .._core.finite import NonfiniteGradients, nonfinite_gradients
 
 __all__ = ["nonfinite_gradients", "NonfiniteGradients"]

@@ -24,8 +24,8 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
-from .._convert import amp_forced, convert_graph
-from .._state import amp_initialized
+from .._core.convert import amp_forced, convert_graph
+from .._core.state import amp_initialized
 from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
 from ._graph import (DATA, LABEL, Batch, as_ndarray, base_name, block_paths, check_block,

@@ -57,8 +57,8 @@ import contextlib
 import logging
 from typing import Iterator
 
-from .._env import check as check_environment
-from .._state import EMULATION, emulation_active, gpu_visible
+from .._core.env import check as check_environment
+from .._core.state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks

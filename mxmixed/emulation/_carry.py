@@ -26,8 +26,8 @@ the graph is left as it is: the same bits, in two passes.
 import ast
 import os
 
-from .._env import switch
-from .._graph import Rebuild
+from .._core.env import switch
+from .._core.graph import Rebuild
 from ._round16 import round16_op
 
 __all__ = ["carry_float32", "carry_enabled"]

@@ -15,7 +15,7 @@ import ast
 
 import mxnet as mx
 
-from .._graph import inline_nodes
+from .._core.graph import inline_nodes
 
 __all__ = ["conv_form_applies", "deconvolution_as_convolution", "deconvolution_nodes"]
 

@@ -19,8 +19,8 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
-from .._graph import Rebuild, inline_nodes
-from .._state import EMULATION
+from .._core.graph import Rebuild, inline_nodes
+from .._core.state import EMULATION
 
 __all__ = ["roi_align_as_on_gpu", "follow_gpu_in_graph", "csr_dot_as_on_gpu", "is_float16_csr"]
 

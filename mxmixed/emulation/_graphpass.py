@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 import mxnet as mx
 import numpy as np
 
-from .._graph import (GraphTypeError, Rebuild, cast_node, entry_dtypes, graph_json,
+from .._core.graph import (GraphTypeError, Rebuild, cast_node, entry_dtypes, graph_json,
                       load_graph, pin_variable_dtypes)
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes

@@ -8,7 +8,7 @@ from typing import Any, Sequence, Tuple
 
 import mxnet as mx
 
-from .._state import EMULATION
+from .._core.state import EMULATION
 from ._graphpass import emulate_symbol, rewritten_op_types
 from ._wrappers import refuse_deconv_training
 

@@ -15,7 +15,7 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet.contrib.amp.loss_scaler import LossScaler
 
-from .._finite import each_finite, fast_check_applies, nonfinite_sums
+from .._core.finite import each_finite, fast_check_applies, nonfinite_sums
 
 __all__ = ["REAL_HAS_OVERFLOW", "has_overflow", "install_overflow_check"]
 

@@ -48,7 +48,7 @@ import tempfile
 
 import mxnet as mx
 
-from .._env import CACHE_DIR, cache_dir, switch
+from .._core.env import CACHE_DIR, cache_dir, switch
 
 __all__ = ["OP", "MXNET_RELEASE", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]

@@ -13,7 +13,7 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
-from .._state import EMULATION
+from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape

@@ -31,7 +31,7 @@ On a CPU the float16 graphs run through the emulation graph pass
    converted graph saved that way feeds float32 data into float16 weights and no longer
    loads. This module always saves with ``remove_amp_cast=False``.
 """
-from .._convert import ConversionError
+from .._core.convert import ConversionError
 from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)

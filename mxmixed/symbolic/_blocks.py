@@ -12,11 +12,11 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .. import _graph as graphs
+from .._core import graph as graphs
 from .. import emulation
-from .._convert import ConversionError
-from .._graph import FLOAT16, graph_json, last_line, var_dtype
-from .._state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+from .._core.convert import ConversionError
+from .._core.graph import FLOAT16, graph_json, last_line, var_dtype
+from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert
 from ._report import ConversionReport

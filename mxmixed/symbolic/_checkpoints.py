@@ -12,11 +12,11 @@ import numpy as np
 
 import mxnet as mx
 
-from .. import _graph as graphs
-from .._convert import ConversionError
-from .._graph import BFLOAT16, FLOAT16, FLOAT32, dtype_name, last_line
-from .._io import atomic_write_group
-from .._untrusted import (MAX_GRAPH_BYTES, UnsafeFileError, check_graph, check_json_depth,
+from .._core import graph as graphs
+from .._core.convert import ConversionError
+from .._core.graph import BFLOAT16, FLOAT16, FLOAT32, dtype_name, last_line
+from .._files.atomic import atomic_write_group
+from .._files.untrusted import (MAX_GRAPH_BYTES, UnsafeFileError, check_graph, check_json_depth,
                           check_nd_bytes, json_object_pairs, nd_bytes)
 
 __all__ = ["load_checkpoint", "save_checkpoint", "check_params", "checkpoint_paths", "data_inputs"]
@@ -95,7 +95,7 @@ def _listdir(folder):
 
 def _parse_symbol(text, path):
     """The Symbol of a ``-symbol.json`` from someone else: its JSON checked, then its graph
-    (:func:`mxmixed._untrusted.check_graph`), before MXNet's loader sees it."""
+    (:func:`mxmixed._files.untrusted.check_graph`), before MXNet's loader sees it."""
     try:
         check_json_depth(text, "symbol file %s" % path)
     except UnsafeFileError as err:
@@ -341,7 +341,7 @@ def save_checkpoint(prefix: str, epoch: int, sym: mx.sym.Symbol, arg_params: Dic
                     aux_params: Dict[str, mx.nd.NDArray]) -> Tuple[str, str]:
     """Write a checkpoint pair atomically: both new files, or the earlier pair untouched.
 
-    Both files go through :func:`mxmixed._io.atomic_write_group`: they are written to
+    Both files go through :func:`mxmixed._files.atomic.atomic_write_group`: they are written to
     temporary names in the target folder, fsync'ed and renamed over the targets. On any failure
     (a full disk, an immutable file, an interrupt) the temporary files are removed and an
     earlier pair at ``prefix`` is left exactly as it was. SIGINT and SIGTERM are held back

@@ -13,9 +13,9 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .. import _graph as graphs
-from .._convert import ConversionError, convert_graph
-from .._graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, graph_json
+from .._core import graph as graphs
+from .._core.convert import ConversionError, convert_graph
+from .._core.graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, graph_json
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._graph import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
@@ -88,7 +88,7 @@ def _closest(name, choices):
 
 
 def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes):
-    """The one AMP conversion (:func:`mxmixed._convert.convert_graph`), its settling noted."""
+    """The one AMP conversion (:func:`mxmixed._core.convert.convert_graph`), its settling noted."""
     result = convert_graph(sym, data_names, set(reasons), target, arg32, aux32, cast_optional)
     if result.settled is not None:
         for name in result.widened:

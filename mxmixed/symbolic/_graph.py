@@ -9,10 +9,10 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
-from .. import _graph as graphs
+from .._core import graph as graphs
 from ..emulation import emulate_symbol
-from .._convert import ConversionError
-from .._graph import BATCHNORM_OPS, FLOAT16, LOSS_OUTPUT_OPS, graph_json, last_line, var_dtype
+from .._core.convert import ConversionError
+from .._core.graph import BATCHNORM_OPS, FLOAT16, LOSS_OUTPUT_OPS, graph_json, last_line, var_dtype
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]

@@ -18,9 +18,9 @@ import numpy as np
 
 import mxnet as mx
 
-from .._convert import ConversionError
-from .._graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
-from .._io import atomic_write
+from .._core.convert import ConversionError
+from .._core.graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
+from .._files.atomic import atomic_write
 from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
 from ._graph import default_ctx, inference_graph

@@ -22,8 +22,8 @@ import numpy as np
 
 import mxnet as mx
 
-from .._convert import ConversionError
-from .._graph import graph_json, last_line
+from .._core.convert import ConversionError
+from .._core.graph import graph_json, last_line
 
 __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 

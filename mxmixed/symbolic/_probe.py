@@ -12,8 +12,8 @@
 import numpy as np
 
 
-from .. import _graph as graphs
-from .._graph import graph_json
+from .._core import graph as graphs
+from .._core.graph import graph_json
 from ._graph import inference_graph
 from ._validation import Runner, progress_bar
 

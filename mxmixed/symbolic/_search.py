@@ -13,8 +13,8 @@ import numpy as np
 
 import mxnet as mx
 
-from .._convert import ConversionError
-from .._graph import graph_json
+from .._core.convert import ConversionError
+from .._core.graph import graph_json
 from ._conversion import ConvertedModel, convert
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._graph import default_ctx, inference_graph

@@ -7,7 +7,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from .. import emulation
-from .._progress import progress as progress_bar
+from .._core.progress import progress as progress_bar
 from ..optim import multi_precision_trainer
 from ..scaler import LossScaler
 from ..training import amp_scope, clip_global_norm, init_trainer, scale_loss, step

@@ -10,7 +10,7 @@ import time
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from ..._progress import progress as progress_bar
+from ..._core.progress import progress as progress_bar
 from ...diagnostics import collect_gradients, gradient_stats
 from ...diagnostics.gradients import ACTIVATION_MARK
 from ...training import amp_scope, clip_global_norm, scale_loss, step

@@ -2,7 +2,7 @@
 
 Everything here reads and checks; nothing changes a net, a trainer or a scaler. The format is
 described in :mod:`mxmixed.checkpoint`; the plain data of ``extra`` and of the optimizer is
-:mod:`mxmixed._ckpt_plain`, the trainer's part :mod:`mxmixed._ckpt_trainer`.
+:mod:`mxmixed.checkpoint._plain`, the trainer's part :mod:`mxmixed.checkpoint._trainer`.
 """
 import json
 import os
@@ -15,10 +15,10 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from . import _untrusted
-from ._ckpt_plain import decode_plain, encode_plain
-from ._version import __version__
-from .scaler import LossScaler
+from .._files import untrusted
+from ._plain import decode_plain, encode_plain
+from .._version import __version__
+from ..scaler import LossScaler
 
 FORMAT = "mxmixed-checkpoint"
 FORMAT_VERSION = 2
@@ -90,7 +90,7 @@ def extra_bytes(extra):
                          "are stored beside the JSON" % (len(data), MAX_JSON_BYTES))
     members = [(EXTRA_JSON, data)]
     if arrays:
-        members.append((EXTRA_ND, _untrusted.nd_bytes(arrays)))
+        members.append((EXTRA_ND, untrusted.nd_bytes(arrays)))
     return members
 
 
@@ -180,8 +180,8 @@ def json_member(path, members, name):
                               "limit of %d; refusing to parse it"
                               % (path, name, len(data), MAX_JSON_BYTES))
     try:
-        _untrusted.check_json_depth(data, "checkpoint '%s': member %s" % (path, name))
-    except _untrusted.UnsafeFileError as err:
+        untrusted.check_json_depth(data, "checkpoint '%s': member %s" % (path, name))
+    except untrusted.UnsafeFileError as err:
         raise CheckpointError(str(err)) from None
     try:
         return json.loads(data.decode("utf-8"))
@@ -193,8 +193,8 @@ def nd_member(path, members, name):
     """An array member (``mx.nd.save``'s format), its declared sizes checked before loading."""
     data = members[name]
     try:
-        _untrusted.check_nd_bytes(data, "checkpoint '%s': member %s" % (path, name))
-    except _untrusted.UnsafeFileError as err:
+        untrusted.check_nd_bytes(data, "checkpoint '%s': member %s" % (path, name))
+    except untrusted.UnsafeFileError as err:
         raise CheckpointError(str(err)) from None
     try:
         arrays = mx.nd.load_frombuffer(data)

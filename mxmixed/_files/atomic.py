@@ -55,7 +55,7 @@ nothing is replaced.
    window of microseconds) can leave a mixed group behind; the next group write to the same
    place replaces it whole.
 
-Reading files from someone else is :mod:`mxmixed._untrusted`.
+Reading files from someone else is :mod:`mxmixed._files.untrusted`.
 """
 import contextlib
 import errno
@@ -68,7 +68,7 @@ import socket
 import stat
 import zlib
 
-from ._signals import signals_held, sigterm_cleans_up
+from .signals import signals_held, sigterm_cleans_up
 
 __all__ = ["atomic_write", "atomic_write_group", "check_writable", "sweep_stale",
            "special_file", "NotRegularFileError"]

@@ -3,17 +3,18 @@
 Each check fails with a one-line :class:`CLIError` before a model is loaded or a sample is
 allocated, so that a bad location or an impossible size never costs a validation run.
 """
+import importlib
 import math
 import os
 import tempfile
 
-from ._io import check_writable, name_too_long, special_file
+from .._files.atomic import check_writable, name_too_long, special_file
 
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
            "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
-           "EXIT_USAGE", "EXIT_WRITE_FAILED", "EXIT_INTERRUPTED"]
+           "EXIT_USAGE", "EXIT_WRITE_FAILED", "EXIT_INTERRUPTED", "load"]
 
-# The exit codes of the `mxmixed` commands (their meaning: cli.CONVERT_EPILOG, the README).
+# The exit codes of the `mxmixed` commands (their meaning: cli.convert.CONVERT_EPILOG, the README).
 EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
 
@@ -180,3 +181,9 @@ def check_memory(needed, what):
         raise CLIError("%s need about %.3g GB of memory, more than the %.3g GB available; use "
                        "fewer --validate samples or a smaller --input-shape / --batch-size"
                        % (what, needed / 1e9, available / 1e9))
+
+
+def load(module):
+    """Import ``mxmixed.<module>`` when its command runs, so that ``--help`` and ``--version``
+    load no MXNet; the one place where the CLI imports mxmixed modules lazily."""
+    return importlib.import_module("mxmixed." + module)

@@ -7,7 +7,7 @@ draws them, ``0`` never does.
 """
 import sys
 
-from ._env import switch
+from .env import switch
 
 __all__ = ["progress", "bars_wanted"]
 

@@ -3,7 +3,7 @@
 :func:`sigterm_cleans_up` turns a SIGTERM whose action is the default one into an exception for
 the duration of a write, so that temporary files are removed, and then ends the process as the
 signal asked. :func:`signals_held` holds SIGINT and SIGTERM back during the renames of a write
-and delivers them once the renames are done. Used by :mod:`mxmixed._io`.
+and delivers them once the renames are done. Used by :mod:`mxmixed._files.atomic`.
 """
 import contextlib
 import signal

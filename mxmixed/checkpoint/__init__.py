@@ -35,7 +35,7 @@ even one from someone else, runs no code. Its members (format version 2):
 
 Reading checks sizes before it reads: at most 16 members, none compressed, none declaring more
 bytes than the file holds (a "zip bomb" is refused without inflating anything); JSON members of
-at most 16 MiB nested at most 100 levels deep (``mxmixed._untrusted.MAX_JSON_DEPTH``);
+at most 16 MiB nested at most 100 levels deep (``mxmixed._files.untrusted.MAX_JSON_DEPTH``);
 array members whose every declared shape fits in the bytes that follow it. A refusal is a
 :class:`CheckpointError` of one line that names the file and the limit. What is read is then
 checked by kind and range, and refused by a :class:`CheckpointError` too: ``extra``'s values
@@ -49,7 +49,7 @@ file only with ``trusted=True``; without it, it refuses in one line before unpic
 (a format 1 file without trainer states or extra loads as it is). Saving it again writes
 format 2.
 
-Writing is atomic (:mod:`mxmixed._io`, the one writer of checkpoints and converted models):
+Writing is atomic (:mod:`mxmixed._files.atomic`, the one writer of checkpoints and converted models):
 the archive goes to a temporary file next to ``path`` (``.<name>.<pid>.<tag>.tmp``), is
 fsync'ed, replaces ``path`` with ``os.replace``, and the folder is fsync'ed. Nothing is
 written anywhere else (no ``/tmp``). A failure while writing (a full disk, Ctrl-C, SIGTERM)
@@ -91,17 +91,17 @@ from typing import Any, Optional, Union
 
 import mxnet as mx
 
-from . import _io, _untrusted
-from ._ckpt_format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_VERSION,
+from .._files import atomic, untrusted
+from ._format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_VERSION,
                            SCALER, TRAINER_JSON, TRAINER_ND, CheckpointError, check_scaler,
                            check_scaler_state, corrupt, dtype_name, extra_bytes, load_arrays,
                            named_params, net_mismatches, parse_manifest, read_extra,
                            read_manifest, read_members)
-from ._ckpt_trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
+from ._trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
                             set_trainer_json, set_trainer_states, trainer_params)
-from ._version import __version__
-from .scaler import LossScaler
-from .training import loss_scaler
+from .._version import __version__
+from ..scaler import LossScaler
+from ..training import loss_scaler
 
 __all__ = ["save", "load", "read_manifest", "CheckpointError", "FORMAT_VERSION"]
 
@@ -126,7 +126,7 @@ def _params_bytes(named):
                              % (name, str(err).splitlines()[0])) from None
     rows = [{"name": n, "shape": list(a.shape), "dtype": dtype_name(a.dtype)}
             for n, a in arrays.items()]
-    return _untrusted.nd_bytes(arrays), rows
+    return untrusted.nd_bytes(arrays), rows
 
 
 def save(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
@@ -194,11 +194,11 @@ def save(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
     if not os.path.isdir(folder):
         raise FileNotFoundError("cannot write checkpoint '%s': the folder '%s' does not exist"
                                 % (path, folder))
-    kind = _io.special_file(path)
+    kind = atomic.special_file(path)
     if kind == "a folder":
         raise IsADirectoryError("cannot write checkpoint '%s': it is a folder" % path)
     if kind is not None:
-        raise _io.NotRegularFileError("cannot write checkpoint '%s': it is %s, not a regular "
+        raise atomic.NotRegularFileError("cannot write checkpoint '%s': it is %s, not a regular "
                                       "file, and is never replaced (remove it, or write "
                                       "elsewhere)" % (path, kind))
     extra_members = extra_bytes(extra) if extra is not None else []
@@ -216,7 +216,7 @@ def save(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
         arrays = {}
         state = optimizer_json(trainer, arrays)
         trainer_members = [(TRAINER_JSON, json.dumps(state).encode("utf-8")),
-                           (TRAINER_ND, _untrusted.nd_bytes(arrays))]
+                           (TRAINER_ND, untrusted.nd_bytes(arrays))]
         trainer_info = {"optimizer": type(trainer._optimizer).__name__,
                         "params": trainer_params(trainer, named)}
 
@@ -229,7 +229,7 @@ def save(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
     if scaler_bytes is not None:
         members.append((SCALER, scaler_bytes))
     members += extra_members
-    _io.atomic_write(path, _archive(members))
+    atomic.atomic_write(path, _archive(members))
 
 
 def _archive(members):

@@ -11,7 +11,7 @@ from typing import Tuple
 
 import mxnet as mx
 
-from ._patches import Patches
+from .patches import Patches
 
 __all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
            "bfloat16_support", "bfloat16_native", "BFLOAT16_EMULATED"]
@@ -39,7 +39,7 @@ class _AmpState:
     loss_output_scaler : LossScaler or None
         The scaler whose scale MXNet's loss-output ops (``SoftmaxOutput`` ...) use: the first
         one attached to a Trainer after AMP's init.
-    patches : mxmixed._patches.Patches
+    patches : mxmixed._core.patches.Patches
         The patches mxmixed's AMP helpers make (``amp.scale_loss`` serving mxmixed Trainers,
         AMP's global scaler following the linked LossScaler); ``amp_scope`` undoes those
         applied inside it. Not ``amp.init``'s own: ``amp_scope`` restores those itself.

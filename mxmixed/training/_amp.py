@@ -20,8 +20,8 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 
-from . import emulation
-from ._state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
+from .. import emulation
+from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
@@ -198,7 +198,7 @@ def amp_scope(enabled: bool = True, target_dtype: str = "float16",
 
     On exit every patch made inside is undone: ``amp.init``'s wrappers of the operator functions
     and its global state, mxmixed's own (``amp.scale_loss`` serving mxmixed Trainers, the class
-    of AMP's global scaler, through ``mxmixed._state.AMP.patches``) and, when the scope switched
+    of AMP's global scaler, through ``mxmixed._core.state.AMP.patches``) and, when the scope switched
     it on, the emulation's.
 
     Parameters

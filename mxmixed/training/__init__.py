@@ -5,9 +5,9 @@ Call them where you would call ``mxnet.contrib.amp``. They add what MXNet 1.9.1'
 loss scaler you can read and save (:class:`~mxmixed.scaler.LossScaler`), a check of
 ``update_on_kvstore``, clipping on the true gradients, a scope that undoes AMP's patches, and
 CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler by one handle
-object (``mxmixed._handle``), stored under ``trainer._amp_loss_scaler``.
+object (``mxmixed.training._handle``), stored under ``trainer._amp_loss_scaler``.
 
-:func:`init` and :func:`amp_scope` live in ``mxmixed._amp`` and are re-exported here.
+:func:`init` and :func:`amp_scope` live in ``mxmixed.training._amp`` and are re-exported here.
 """
 import contextlib
 import math
@@ -20,15 +20,15 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import emulation
+from .. import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
-from ._finite import param_grads
+from .._core.finite import param_grads
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
-from ._kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
+from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
-from ._state import amp_initialized, gpu_visible
-from .scaler import LossScaler
+from .._core.state import amp_initialized, gpu_visible
+from ..scaler import LossScaler
 
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]

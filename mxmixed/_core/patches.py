@@ -2,8 +2,8 @@
 the registry that applied it.
 
 Each concern that patches owns one :class:`Patches`: the emulation's is
-``mxmixed._state.EMULATION.patches`` (:func:`mxmixed.emulation.disable` undoes it), AMP's helpers'
-is ``mxmixed._state.AMP.patches`` (:func:`mxmixed.amp_scope` undoes what was applied inside it),
+``mxmixed._core.state.EMULATION.patches`` (:func:`mxmixed.emulation.disable` undoes it), AMP's helpers'
+is ``mxmixed._core.state.AMP.patches`` (:func:`mxmixed.amp_scope` undoes what was applied inside it),
 and ``mxmixed run`` gives its step recorder and its ``amp.init`` note one each.
 
 A patch that someone else has wrapped since (``amp.init`` wraps the operator functions it finds,

@@ -16,12 +16,12 @@ never changed.
    MXNet's loss-output ops (``SoftmaxOutput`` ...) scale their gradient by AMP's process-global
    scaler, captured when ``amp.init`` ran. :func:`follow_linked_scaler` turns that object into a
    :class:`FollowingScaler`, whose ``loss_scale`` reads the LossScaler linked in
-   ``mxmixed._state.AMP.loss_output_scaler`` (the first one attached after AMP's init), so it too
+   ``mxmixed._core.state.AMP.loss_output_scaler`` (the first one attached after AMP's init), so it too
    derives the scale on use instead of holding a copy.
 
 .. note::
    Both patches of MXNet made here (``amp.scale_loss`` serving mxmixed Trainers, and that change
-   of the global scaler's class) go through ``mxmixed._state.AMP.patches``:
+   of the global scaler's class) go through ``mxmixed._core.state.AMP.patches``:
    :func:`mxmixed.amp_scope` undoes them when it ends. After a process-wide
    :func:`mxmixed.init` they stay, as ``amp.init``'s own patches do.
 """
@@ -32,9 +32,9 @@ import mxnet as mx
 from mxnet.contrib import amp
 from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
-from ._finite import all_finite, nonfinite_gradients, param_grads
-from ._state import AMP
-from .scaler import LossScaleError
+from .._core.finite import all_finite, nonfinite_gradients, param_grads
+from .._core.state import AMP
+from ..scaler import LossScaleError
 
 __all__ = ["ATTRIBUTE", "TrainerHandle", "handle_of", "attach", "follow_linked_scaler",
            "explain_cpu_float16", "handle_scale_loss"]

@@ -1,6 +1,6 @@
 """The trainer's part of a checkpoint: its optimizer, checked against a trainer and restored.
 
-Format 2 stores the optimizer's attributes and states as plain data (:mod:`mxmixed._ckpt_plain`)
+Format 2 stores the optimizer's attributes and states as plain data (:mod:`mxmixed.checkpoint._plain`)
 and restores them onto the trainer's own optimizer object. Format 1 stored
 ``Trainer.save_states``'s pickle, which is read only with ``trusted=True``.
 """
@@ -10,9 +10,9 @@ import pickle
 import mxnet as mx
 from mxnet import gluon
 
-from ._ckpt_format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
+from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
                            corrupt, describe, dtype_name, json_member, nd_member, shape_fits)
-from ._ckpt_plain import _Object, decode_plain, encode_plain, quoted
+from ._plain import _Object, decode_plain, encode_plain, quoted
 
 
 def trainer_params(trainer, named):

@@ -29,8 +29,8 @@ import numpy as np
 import mxnet as mx
 from mxnet.contrib import amp
 
-from . import _graph as graphs
-from ._graph import FLOAT16, FLOAT32
+from . import graph as graphs
+from .graph import FLOAT16, FLOAT32
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after"]

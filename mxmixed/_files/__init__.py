@@ -1,0 +1,2 @@
+"""Reading and writing files safely: atomic writes, files from someone else, signals held
+during renames. Private to mxmixed."""

@@ -1,0 +1,331 @@
+"""``mxmixed convert``: a float32 Symbol checkpoint to float16 (or bfloat16, or a float16 ONNX file),
+with a report, an optional validation and an optional search for float32 layers."""
+import argparse
+import difflib
+import os
+import re
+import sys
+
+from .._core.progress import bars_wanted
+from ._args import DEFAULT_TOLERANCE, dtype, int_at_least, parse_shape, positive_float
+from ._preflight import (EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_WRITE_FAILED, CLIError, check_memory,
+                         check_out_prefix, estimate_convert_memory, load)
+
+
+CONVERT_EPILOG = """\
+output: OUTPREFIX is a file prefix, not a folder: --out somedir/ or --out . is refused
+(write --out somedir/model16). Its folder must exist and be writable, and its file names fit
+the filesystem (255 bytes on most); this is checked before any work. The input checkpoint is
+never overwritten.
+
+exit codes:
+  0  converted (and, with --validate, within --tolerance) and written
+  1  validation failed: converted outputs are non-finite or off by more than --tolerance;
+     nothing written (with --keep-failed the files are written, and the exit code is still 1)
+  2  bad command line or input: options, checkpoint files, output location, or samples and a
+     forward pass that would not fit in the available memory; nothing written
+  3  writing the converted pair (or ONNX file) failed (disk full, I/O error); an earlier
+     pair at OUTPREFIX is left as it was
+  130  interrupted (Ctrl-C); an earlier pair at OUTPREFIX is left as it was
+"""
+
+
+def add_parser(sub):
+    conv = sub.add_parser(
+        "convert", help="convert a float32 Symbol checkpoint to float16 (or bfloat16), with "
+                        "a report",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONVERT_EPILOG,
+        description="Convert PREFIX-symbol.json and PREFIX-EPOCH.params (float32, from the "
+                    "Module API or a Gluon export) to float16 mixed precision. Writes "
+                    "OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params (both or neither) and "
+                    "prints what changed. Optional params are stored in float16 (MXNet's "
+                    "default keeps them float32). --dtype bfloat16 converts for CPU serving "
+                    "instead (see docs/bfloat16.md).")
+    conv.add_argument("prefix", metavar="PREFIX", help="input checkpoint prefix")
+    conv.add_argument("epoch", metavar="EPOCH", type=int_at_least(0),
+                      help="epoch number of the params file")
+    conv.add_argument("--out", required=True, metavar="OUTPREFIX",
+                      help="output checkpoint prefix (same EPOCH); not a folder")
+    conv.add_argument("--exclude", nargs="+", default=[], metavar="LAYER",
+                      help="layer (node) names to keep in float32")
+    conv.add_argument("--exclude-op", nargs="+", default=[], metavar="OP",
+                      help="operator types to keep in float32, e.g. FullyConnected")
+    conv.add_argument("--keep-io-types", action=argparse.BooleanOptionalAction, default=True,
+                      help="keep inputs and outputs float32 (default: yes)")
+    conv.add_argument("--keep-optional-params-float32", action="store_true",
+                      help="MXNet's default: keep params float32 where float16 is optional")
+    conv.add_argument("--dtype", default="float16", type=dtype,
+                      choices=sorted(DEFAULT_TOLERANCE),
+                      help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
+                           "serving through oneDNN, fast with AVX512-BF16 or AMX; load with "
+                           "mxmixed.load_bfloat16). Default float16")
+    conv.add_argument("--format", choices=["mxnet", "onnx"], default="mxnet",
+                      help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
+                           "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
+                           "--input-shape or --inputs, and the onnx extra; float16 only)")
+    conv.add_argument("--validate", type=int_at_least(0), default=0, metavar="N",
+                      help="compare the converted model with float32 on N samples; fail "
+                           "(exit 1) beyond --tolerance")
+    conv.add_argument("--tolerance", type=positive_float, default=None, metavar="T",
+                      help="largest max|y16-y32|/max|y32| that --validate accepts (default: "
+                           "--search-tolerance if given, else 0.01 for float16 and 0.1 for "
+                           "bfloat16, whose 8-bit significand rounds 8x coarser)")
+    conv.add_argument("--keep-failed", action="store_true",
+                      help="write the converted files even when the validation fails")
+    conv.add_argument("--verbose", action="store_true",
+                      help="name every layer kept in float32 (by default: counts per reason and "
+                           "the first three names)")
+    conv.add_argument("--search-tolerance", type=positive_float, default=None, metavar="T",
+                      help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T "
+                           "(float16 only)")
+    samples = conv.add_mutually_exclusive_group()
+    samples.add_argument("--inputs", metavar="FILE.npy",
+                         help="samples (N, ...) for --validate and the search")
+    samples.add_argument("--input-shape", type=parse_shape, metavar="C,H,W",
+                         help="shape of one sample, for random uniform [0, 1) samples")
+    conv.add_argument("--batch-size", type=int_at_least(1), default=8,
+                      help="batch size of validation and search")
+    conv.add_argument("--seed", type=int_at_least(0), default=0,
+                      help="seed of the random samples")
+    conv.set_defaults(func=command)
+
+
+def _check_bfloat16_args(args):
+    """One line for what a bfloat16 conversion cannot do, before any work."""
+    if args.dtype != "bfloat16":
+        return
+    if args.format == "onnx":
+        raise CLIError("--format onnx exports float16 models only; drop --dtype bfloat16")
+    if args.search_tolerance is not None:
+        raise CLIError("--search-tolerance searches float16 layers only; with --dtype bfloat16 "
+                       "use --exclude / --exclude-op")
+    if not args.keep_io_types:
+        raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
+                       "returns float32")
+    from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+    runs, why = bfloat16_support()
+    if args.validate > 0 and not runs:
+        raise CLIError("--validate runs the bfloat16 model, which cannot run here: %s "
+                       "(convert without --validate, validate where it runs)" % why)
+    if runs and bfloat16_native() is None:
+        print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
+
+
+def command(args):
+    import mxnet as mx
+
+    _check_bfloat16_args(args)
+    symbolic = load("symbolic")
+    tolerance = args.tolerance or args.search_tolerance or DEFAULT_TOLERANCE[args.dtype]
+    _check_convert_files(args, symbolic)
+    try:
+        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
+        _check_excluded_layers(args, sym)
+        samples, shape = _convert_samples(args, symbolic, sym, arg_params, aux_params)
+        model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
+        check = exported = None
+        if args.format == "onnx":
+            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params))
+            _say(exported)
+        if args.validate > 0 and exported is not None:
+            check = symbolic.validate_onnx((sym, arg_params, aux_params), exported, samples,
+                                           batch_size=args.batch_size, progress=bars_wanted())
+            _say(check)
+        elif args.validate > 0:
+            check = symbolic.validate((sym, arg_params, aux_params), model, samples,
+                                      batch_size=args.batch_size, progress=bars_wanted(),
+                                      reference=model.calibration_outputs)
+            _say(check)
+            if check.inconclusive:
+                print("mxmixed convert: warning: validation is inconclusive: %s"
+                      % check.inconclusive, file=sys.stderr)
+    except symbolic.ConversionError as err:
+        raise CLIError(str(err)) from None
+    except mx.base.MXNetError as err:
+        raise CLIError("MXNet failed: %s" % load("_core.graph").last_line(err)) from None
+    return _write_converted(args, model, check, tolerance, samples, exported)
+
+
+def _say(*parts):
+    """Print a part of the output at once (blank line first), even when stdout is a pipe."""
+    print()
+    print(*parts)
+    sys.stdout.flush()
+
+
+def _check_convert_files(args, symbolic):
+    """Options that need samples, a PREFIX given as a file name, and the output location."""
+    wants_samples = args.validate > 0 or args.search_tolerance is not None
+    if wants_samples and not (args.inputs or args.input_shape):
+        raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
+                       "or --input-shape C,H,W")
+    in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
+    if meant != args.prefix and not os.path.exists(in_files[0]):
+        raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
+                       "did you mean %s?" % meant)
+    to_onnx = args.format == "onnx"
+    if to_onnx and not (args.inputs or args.input_shape):
+        raise CLIError("--format onnx needs the input shape: give --input-shape C,H,W or "
+                       "--inputs FILE.npy")
+    if to_onnx:
+        try:
+            symbolic.check_onnx()
+        except symbolic.ConversionError as err:
+            raise CLIError(str(err)) from None
+    out_files = ([args.out + ".onnx"] if to_onnx
+                 else symbolic.checkpoint_paths(args.out, args.epoch))
+    check_out_prefix(args.out, in_files, out_files)
+
+
+def _convert_samples(args, symbolic, sym, arg_params, aux_params):
+    """The samples for calibration, validation and the search (None when none is asked),
+    and the shape of one (None when no shape is given)."""
+    data_names = symbolic.data_inputs(sym, arg_params, aux_params)
+    if not data_names:
+        raise CLIError("the graph has no data input: every input is a parameter")
+    wants_samples = args.validate > 0 or args.search_tolerance is not None
+    if not (wants_samples or args.format == "onnx"):
+        return None, None
+    shape, mapped = _sample_shape(args)
+    symbolic.check_params(sym, arg_params, aux_params, source="the params",
+                          data_shapes={data_names[0]: (1,) + shape})
+    count = args.validate or 8
+    check_memory(estimate_convert_memory(sym, data_names[0], shape, count, args.batch_size),
+                 "%d samples of shape %s and a forward pass at batch size %d"
+                 % (count, ",".join(map(str, shape)), args.batch_size))
+    if not wants_samples:
+        return None, shape
+    return _samples(args, shape, mapped, count, strict=args.validate > 0), shape
+
+
+def _sample_shape(args):
+    """The shape of one sample: from --input-shape, or read from the .npy header."""
+    import numpy as np
+
+    if args.input_shape:
+        return args.input_shape, None
+    if not os.path.isfile(args.inputs):
+        raise CLIError("inputs file %s does not exist" % args.inputs)
+    try:
+        samples = np.load(args.inputs, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
+                       % (args.inputs, str(err).splitlines()[0])) from None
+    if not isinstance(samples, np.ndarray):  # np.load opens a .npz archive as an NpzFile
+        names = list(samples.files)
+        samples.close()
+        raise CLIError("--inputs takes one .npy array; %s is a .npz archive of %d arrays (%s): "
+                       "save the samples the model takes as one, e.g. "
+                       "np.save('samples.npy', np.load('%s')['%s'])"
+                       % (args.inputs, len(names), ", ".join(names[:5]) or "none",
+                          os.path.basename(args.inputs), names[0] if names else "x"))
+    if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
+        raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), got "
+                       "shape %s" % (args.inputs, samples.shape))
+    return tuple(samples.shape[1:]), samples
+
+
+def _samples(args, shape, mapped, count, strict):
+    """``count`` float32 samples: the first of --inputs, or random uniform [0, 1)."""
+    import numpy as np
+
+    if mapped is None:
+        return np.random.RandomState(args.seed).uniform(
+            0.0, 1.0, size=(count,) + shape).astype(np.float32)
+    if not strict:
+        count = min(count, len(mapped))
+    if len(mapped) < count:
+        raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
+                       % (args.inputs, len(mapped), count))
+    samples = np.array(mapped[:count], dtype=np.float32)
+    bad = samples.size - int(np.isfinite(samples).sum())
+    if bad:  # relu(NaN) is 0 on oneDNN: NaN samples can even pass a validation
+        raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as float32); "
+                       "a validation on them proves nothing" % (args.inputs, bad, samples.size))
+    return samples
+
+
+def _check_excluded_layers(args, sym):
+    """An --exclude name the graph lacks, in one line that says where layer names are."""
+    nodes = load("_core.graph").graph_json(sym)["nodes"]
+    layers = [(n["name"], n["op"]) for n in nodes if n["op"] != "null"]
+    names = [name for name, _ in layers]
+    for name in args.exclude:
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, names, n=1)
+        shown = ", ".join("%s (%s)" % layer for layer in layers[:8])
+        raise CLIError("--exclude: no layer named %r in %s%s; the layer names are the \"name\" "
+                       "of its nodes whose \"op\" is not \"null\": %s%s"
+                       % (name, "%s-symbol.json" % args.prefix, " (did you mean %r?)" % close[0]
+                          if close else "", shown,
+                          ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
+
+
+def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
+    """Convert (or search, then convert); print the report as soon as it exists."""
+    settings = dict(exclude_layers=args.exclude, exclude_ops=args.exclude_op,
+                    keep_io_types=args.keep_io_types,
+                    cast_optional_params=not args.keep_optional_params_float32)
+    if args.search_tolerance is not None:
+        search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
+                                             tolerance=args.search_tolerance,
+                                             batch_size=args.batch_size,
+                                             progress=bars_wanted(), **settings)
+        print(search.model.report.format(verbose=args.verbose))
+        _say(search)
+        return search.model
+    model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
+                             batch_size=args.batch_size, progress=bars_wanted(),
+                             target_dtype=args.dtype, **settings)
+    print(model.report.format(verbose=args.verbose))
+    sys.stdout.flush()
+    return model
+
+
+def _write_converted(args, model, check, tolerance, samples, exported=None):
+    """Write the pair (or the ONNX file) unless validation failed (or --keep-failed); the
+    exit code."""
+    failed = check is not None and not check.passes(tolerance)
+    if not failed or args.keep_failed:
+        try:
+            written = ((exported.save(args.out + ".onnx"),) if exported is not None
+                       else model.save(args.out, args.epoch))
+        except OSError as err:
+            raise CLIError("cannot write the checkpoint to %s: %s"
+                           % (args.out, err.strerror or err), EXIT_WRITE_FAILED) from None
+        _say("wrote " + " and ".join(written))
+    if failed:
+        top1 = ("" if check.top1_agreement is None
+                else ", top-1 agreement %.1f%%" % (100 * check.top1_agreement))
+        raise CLIError(
+            "validation failed: max rel error %.3g > --tolerance %g, non-finite outputs %.1f%%%s; "
+            "%s%s; next: %s"
+            % (check.max_rel_error, tolerance, 100 * check.nonfinite_share, top1,
+               "files kept (--keep-failed)" if args.keep_failed
+               else "nothing written (--keep-failed writes anyway)",
+               _first_overflow(model, samples, args),
+               "--search-tolerance %g finds layers to keep in float32" % tolerance
+               if args.dtype == "float16" else "--exclude layers to keep in float32"),
+            EXIT_VALIDATION_FAILED)
+    return EXIT_OK
+
+
+def _first_overflow(model, samples, args):
+    """Where the converted model's first inf or NaN appears on the first batch, as
+    ``'; the first inf appears at ...: --exclude NAME keeps it float32'`` ('' if not found)."""
+    import mxnet as mx
+
+    diagnostics = load("diagnostics")
+    name, dtype = next(iter(model.report.input_dtypes.items()))
+    batch = mx.nd.array(samples[:args.batch_size], dtype=dtype)
+    try:
+        found = diagnostics.find_overflow_symbol(model.symbol, {name: batch}, model.arg_params,
+                                                 model.aux_params, precision="as_is")
+    except (ValueError, TypeError, mx.base.MXNetError):
+        return ""
+    if not found or found.phase != "forward" or not found.node:
+        return ""
+    return ("; the first %s appears at layer '%s' (%s): --exclude %s keeps it float32"
+            % ("inf" if found.kind == "overflow" else "NaN", found.node, found.op, found.node))
