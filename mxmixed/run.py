@@ -498,6 +498,11 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         print(_step_line(recorder.summary(), amp), file=sys.stderr)
     if report:
         _finish_report(report, dict(header, **outcome), state, recorder)
+    if outcome["status"] == "interrupted":
+        print("mxmixed run: the script was interrupted (%s), exit %d%s"
+              % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
+                 outcome["exit_code"], "; the report says so: %s" % report if report else ""),
+              file=sys.stderr)
     return outcome["exit_code"]
 
 

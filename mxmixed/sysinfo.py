@@ -16,7 +16,7 @@ from ._version import __version__
 __all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "PINNED_PACKAGES"]
 
 PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
-                   "matplotlib", "tqdm", "pytest", "nbval")
+                   "matplotlib", "tqdm", "onnx", "onnxruntime", "pytest", "nbval")
 
 
 def _version(package):

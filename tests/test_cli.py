@@ -33,6 +33,16 @@ def test_info_reports_build_gpus_float16_and_versions(capsys):
     assert "numpy" in out and "1.23.5" in out
 
 
+def test_info_names_the_onnx_and_onnxruntime_versions_that_convert_uses(capsys):
+    from importlib import metadata
+
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for package in ("onnx", "onnxruntime"):
+        assert any(line.replace(":", " ").split() == [package, metadata.version(package)]
+                   for line in out), package
+
+
 def test_info_says_a_cpu_build_has_no_float16_gemm_and_never_contradicts_the_emulation_line():
     info = collect()
     if info["build"] == "CPU":

@@ -274,3 +274,13 @@ def test_report_says_in_its_first_line_when_no_step_was_seen(tmp_path):
     assert list(data)[0] == "note" and data["summary"]["steps"] == 0
     assert data["note"].startswith("no optimizer step was seen")
     assert "mxnet.module.Module.update" in data["note"]
+
+
+def test_ctrl_c_in_the_script_is_one_line_naming_the_exit_code_and_the_report(tmp_path, capsys):
+    script = _script(tmp_path, "raise KeyboardInterrupt\n")
+    report = tmp_path / "r.json"
+    assert run_script(script, [], report=str(report)) == 130
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert line == ("mxmixed run: the script was interrupted (Ctrl-C), exit 130; the report says "
+                    "so: %s" % report)
+    assert json.loads(report.read_text())["status"] == "interrupted"
