@@ -157,10 +157,12 @@ class Graph:
     """
 
     def __init__(self, data):
-        if isinstance(data, mx.sym.Symbol):
-            data = data.tojson(remove_amp_cast=False)
+        symbol = data if isinstance(data, mx.sym.Symbol) else None
+        if symbol is not None:
+            data = symbol.tojson(remove_amp_cast=False)
         self.json = json.loads(data) if isinstance(data, (str, bytes)) else data
         self.changed()
+        self._symbol = symbol
 
     def changed(self):
         """Forget what was derived from the nodes (after editing them in place)."""
@@ -257,7 +259,8 @@ class Graph:
         return Rebuild(self)
 
     def to_symbol(self):
-        """The graph as a Symbol (:func:`load_graph`), made once."""
+        """The graph as a Symbol (:func:`load_graph`), made once (the Symbol it was read from,
+        if it was read from one and not changed since)."""
         if self._symbol is None:
             self._symbol = load_graph(self)
         return self._symbol

@@ -23,7 +23,7 @@ from .._core.graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
 from .._files.atomic import atomic_write
 from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
-from ._graph import default_ctx, inference_graph
+from ._inference import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
 from ._validation import (Model, Runner, ValidationReport, progress_bar, run_batches,
