@@ -30,7 +30,7 @@ import mxnet as mx
 from mxnet.contrib import amp
 
 from . import graph as graphs
-from .graph import FLOAT16, FLOAT32
+from .graph import FLOAT16, FLOAT32, Graph, as_graph
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after"]
@@ -76,7 +76,7 @@ def amp_forced(sym, excluded=()):
     -------
     set of str
     """
-    nodes = graphs.graph_json(sym)["nodes"]
+    nodes = Graph(sym).nodes
     return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in graphs.DETECTION_OPS}
 
 
@@ -85,12 +85,12 @@ def _node_types(node, in_types, n_out):
     nodes = [{"op": "null", "name": "in%d" % k, "inputs": []} for k in range(len(in_types))]
     nodes.append({"op": node["op"], "name": node["name"], "attrs": node.get("attrs", {}),
                   "inputs": [[k, 0, 0] for k in range(len(in_types))]})
-    graph = {"nodes": nodes, "arg_nodes": list(range(len(in_types))),
-             "heads": [[len(in_types), j, 0] for j in range(n_out)],
-             "attrs": {"mxnet_version": ["int", 10901]}}
+    graph = Graph({"nodes": nodes, "arg_nodes": list(range(len(in_types))),
+                   "heads": [[len(in_types), j, 0] for j in range(n_out)],
+                   "attrs": {"mxnet_version": ["int", 10901]}})
     known = {"in%d" % k: t for k, t in enumerate(in_types) if t is not None}
     try:
-        _, outs, _ = graphs.infer_types(graphs.load_graph(graph), known)
+        _, outs, _ = graphs.infer_types(graph.to_symbol(), known)
     except (graphs.GraphTypeError, mx.base.MXNetError):
         return None
     return outs
@@ -116,10 +116,10 @@ def _fp32_params(nodes, forced, param_types):
 
 def _output_counts(graph):
     n_out = {}
-    for node in graph["nodes"]:
+    for node in graph.nodes:
         for src, out, _ in node["inputs"]:
             n_out[src] = max(n_out.get(src, 1), out + 1)
-    for src, out, _ in graph["heads"]:
+    for src, out, _ in graph.heads:
         n_out[src] = max(n_out.get(src, 1), out + 1)
     return n_out
 
@@ -128,7 +128,7 @@ class _Settler:
     """The state of one :func:`settle` walk: the new nodes, their dtypes and the casts made."""
 
     def __init__(self, graph, lp16, low=FLOAT16):
-        self.new = graphs.Rebuild(graph)
+        self.new = graph.rebuild()
         self.nodes = self.new.nodes
         self.types, self.casts, self.widened = {}, {}, []
         self.lp16 = lp16
@@ -178,7 +178,7 @@ def settle(graph, forced, param_types, data_types, target="float16"):
 
     Parameters
     ----------
-    graph : dict
+    graph : Graph or dict
         The converted graph, with its ``amp_cast`` nodes.
     forced : set of str
         Node names that must compute in float32.
@@ -190,14 +190,15 @@ def settle(graph, forced, param_types, data_types, target="float16"):
 
     Returns
     -------
-    graph : dict
+    graph : Graph
         The new graph.
     widened : list of str
         Nodes (not forced) whose inputs were cast up to float32 because they did not match.
     fp32_params : set of str
         Params that only forced nodes use: store them float32.
     """
-    nodes = graph["nodes"]
+    graph = as_graph(graph)
+    nodes = graph.nodes
     n_out = _output_counts(graph)
     fp32_params = _fp32_params(nodes, forced, param_types)
     low = graphs.BFLOAT16 if target == "bfloat16" else FLOAT16
@@ -225,7 +226,7 @@ def settle(graph, forced, param_types, data_types, target="float16"):
 
 def param_types_after(graph, arg_params, aux_params):
     """Stored dtype of each param: its ``__dtype__`` in the converted graph, else its own."""
-    declared = {node["name"]: graphs.var_dtype(node, None) for node in graph["nodes"]
+    declared = {node["name"]: graphs.var_dtype(node, None) for node in as_graph(graph).nodes
                 if node["op"] == "null"}
     out = {}
     for params in (arg_params, aux_params):
@@ -249,8 +250,8 @@ def _amp_pass(sym, target, excluded, data_names, params, cast_optional, op_lists
 
 
 def _types_check(sym, known):
-    graph = graphs.graph_json(sym)
-    graphs.entry_dtypes(graph, graphs.consumed_entries(graph), known)
+    graph = Graph(sym)
+    graph.entry_dtypes(graph.consumed_entries(), known)
 
 
 def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
@@ -304,7 +305,7 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
     except (AssertionError, ValueError, mx.base.MXNetError) as err:
         raise ConversionError("MXNet cannot convert this graph: %s"
                               % graphs.last_line(err)) from None
-    graph = graphs.graph_json(new_sym)
+    graph = Graph(new_sym)
     if params is None:
         param_types = float32_params
     else:
@@ -313,4 +314,4 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
     for name in fp32_params:
         if params is not None and name in new_args:
             new_args[name] = params[0][name]
-    return AmpGraph(graphs.load_graph(settled), new_args, new_auxs, widened, first)
+    return AmpGraph(settled.to_symbol(), new_args, new_auxs, widened, first)

@@ -6,9 +6,11 @@ back into a Symbol one way (:func:`load_graph`), rewritten with one bookkeeping
 (:class:`Rebuild`), and its dtypes and shapes are inferred one way. Domain-specific rewrites
 (which nodes to insert, drop or replace) stay with their callers.
 
-A graph here is the dict of ``sym.tojson(remove_amp_cast=False)``: ``nodes`` (each with
-``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``), ``arg_nodes`` and
-``heads``. An *entry* is a ``(node, output)`` pair.
+A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=False)``
+(``nodes``, each with ``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``;
+``arg_nodes``; ``heads``), parsed once, with what is derived from it (readers, dtypes,
+shapes, the Symbol) computed when first asked for and kept. This module is the only one that
+reads the dict's keys. An *entry* is a ``(node, output)`` pair.
 """
 import contextlib
 import io
@@ -20,7 +22,8 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
-__all__ = ["GraphTypeError", "GraphShapeError", "graph_json", "load_graph", "Rebuild",
+__all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json", "load_graph",
+           "Rebuild",
            "inline_nodes",
            "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
@@ -139,6 +142,135 @@ def last_line(err, limit=400):
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+class Graph:
+    """A Symbol's graph, parsed once: its nodes, heads and inputs, and what is derived from them.
+
+    The readers of each node, the dtypes and shapes MXNet infers (kept per set of known
+    inputs) and the Symbol are computed when first asked for and kept. A caller that edits
+    the nodes in place calls :meth:`changed` so that they are computed again.
+
+    Parameters
+    ----------
+    data : dict or str or mxnet.symbol.Symbol
+        The dict (not copied) or JSON text of ``sym.tojson(remove_amp_cast=False)``, or the
+        Symbol itself.
+    """
+
+    def __init__(self, data):
+        symbol = data if isinstance(data, mx.sym.Symbol) else None
+        if symbol is not None:
+            data = symbol.tojson(remove_amp_cast=False)
+        self.json = json.loads(data) if isinstance(data, (str, bytes)) else data
+        self.changed()
+        self._symbol = symbol
+
+    def changed(self):
+        """Forget what was derived from the nodes (after editing them in place)."""
+        self._readers = None
+        self._consumers = None
+        self._index = None
+        self._symbol = None
+        self._dtypes = {}
+
+    @property
+    def nodes(self):
+        """list of dict: the nodes in order (``op``, ``name``, ``attrs``, ``inputs``)."""
+        return self.json["nodes"]
+
+    @property
+    def heads(self):
+        """list of list: the outputs, as entries ``[node, output, version]``."""
+        return self.json["heads"]
+
+    @property
+    def arg_nodes(self):
+        """list of int: the indices of the variable nodes."""
+        return self.json["arg_nodes"]
+
+    def index(self, name):
+        """The index of the node called ``name`` (the last one, if several share it)."""
+        if self._index is None:
+            self._index = {node["name"]: i for i, node in enumerate(self.nodes)}
+        return self._index[name]
+
+    def readers(self, entry):
+        """The nodes that read ``entry``, once per input that reads it, in graph order.
+
+        Parameters
+        ----------
+        entry : (int, int)
+            ``(node, output)``.
+
+        Returns
+        -------
+        list of int
+            A node that reads the entry twice is listed twice.
+        """
+        if self._readers is None:
+            readers = {}
+            for j, reader in enumerate(self.nodes):
+                for src, out, _ in reader["inputs"]:
+                    readers.setdefault((src, out), []).append(j)
+            self._readers = readers
+        return list(self._readers.get((entry[0], entry[1]), ()))
+
+    def consumers(self, node):
+        """The nodes that read any output of node ``node``, each once, in graph order.
+
+        Parameters
+        ----------
+        node : int
+
+        Returns
+        -------
+        list of int
+        """
+        if self._consumers is None:
+            consumers = {}
+            for j, reader in enumerate(self.nodes):
+                for src, _, _ in reader["inputs"]:
+                    consumers.setdefault(src, set()).add(j)
+            self._consumers = {src: sorted(js) for src, js in consumers.items()}
+        return list(self._consumers.get(node, ()))
+
+    def consumed_entries(self):
+        """Every entry read by a node or returned as a head, sorted (list of (int, int))."""
+        return sorted({(src, out) for node in self.nodes for src, out, _ in node["inputs"]}
+                      | {(src, out) for src, out, _ in self.heads})
+
+    def with_heads(self, entries):
+        """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs)."""
+        return Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
+
+    def entry_dtypes(self, entries, known):
+        """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known``."""
+        key = (tuple(entries), tuple(sorted((n, _np(t)) for n, t in known.items())))
+        if key not in self._dtypes:
+            self._dtypes[key] = entry_dtypes(self, entries, known)
+        types, variables = self._dtypes[key]
+        return dict(types), dict(variables)
+
+    def infer_shapes(self, shapes, partial=False):
+        """:func:`infer_shapes` of this graph's Symbol."""
+        return infer_shapes(self.to_symbol(), shapes, partial=partial)
+
+    def rebuild(self):
+        """A :class:`Rebuild` that copies this graph into a new one."""
+        return Rebuild(self)
+
+    def to_symbol(self):
+        """The graph as a Symbol (:func:`load_graph`), made once (the Symbol it was read from,
+        if it was read from one and not changed since)."""
+        if self._symbol is None:
+            self._symbol = load_graph(self)
+        return self._symbol
+
+
+def as_graph(graph):
+    """A :class:`Graph` from a Graph, a graph dict or a Symbol."""
+    return graph if isinstance(graph, Graph) else Graph(graph)
+
+
 def graph_json(sym):
     """The graph of a Symbol as a dict, every cast kept.
 
@@ -154,16 +286,17 @@ def graph_json(sym):
 
 
 def load_graph(graph):
-    """A Symbol from a graph dict (``node_row_ptr``, stale after a rewrite, dropped).
+    """A Symbol from a graph (``node_row_ptr``, stale after a rewrite, dropped).
 
     Parameters
     ----------
-    graph : dict
+    graph : Graph or dict
 
     Returns
     -------
     mxnet.symbol.Symbol
     """
+    graph = graph.json if isinstance(graph, Graph) else graph
     return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
 
 
@@ -180,17 +313,17 @@ class Rebuild:
       dropped, and nothing may read it unless it is redirected);
     - :meth:`redirect`: readers of one old output read another new entry instead.
 
-    :meth:`graph` then gives the new graph: heads mapped, ``arg_nodes`` recomputed, the stale
+    :meth:`graph` then gives the new :class:`Graph`: heads mapped, ``arg_nodes`` recomputed, the stale
     ``node_row_ptr`` left out, other keys (``attrs``) kept.
 
     Parameters
     ----------
-    graph : dict
-        The old graph, from :func:`graph_json`. It is not changed.
+    graph : Graph or dict
+        The old graph. It is not changed.
     """
 
     def __init__(self, graph):
-        self.old = graph
+        self.old = as_graph(graph)
         self.nodes = []
         self._index = {}
         self._where = {}
@@ -225,12 +358,12 @@ class Rebuild:
 
     def graph(self, heads=None):
         """The new graph; ``heads`` (old entries) replaces the old graph's heads if given."""
-        out = {k: v for k, v in self.old.items() if k != "node_row_ptr"}
+        out = {k: v for k, v in self.old.json.items() if k != "node_row_ptr"}
         out.update(nodes=self.nodes,
                    arg_nodes=[j for j, node in enumerate(self.nodes) if node["op"] == "null"],
-                   heads=[self.entry(e) for e in (self.old["heads"] if heads is None else heads)])
+                   heads=[self.entry(e) for e in (self.old.heads if heads is None else heads)])
         out.setdefault("attrs", {})
-        return out
+        return Graph(out)
 
 
 def inline_nodes(sub, inputs, first_id):
@@ -252,10 +385,10 @@ def inline_nodes(sub, inputs, first_id):
         The casts that AMP's wrappers of ``mx.sym`` put into a subgraph built after
         ``amp.init`` are left out: the subgraph computes as it was written.
     """
-    graph = json.loads(sub.tojson(remove_amp_cast=True))
-    outer = {j: inputs[n["name"]][:2] for j, n in enumerate(graph["nodes"]) if n["op"] == "null"}
+    graph = Graph(sub.tojson(remove_amp_cast=True))
+    outer = {j: inputs[n["name"]][:2] for j, n in enumerate(graph.nodes) if n["op"] == "null"}
     nodes, index = [], {}
-    for j, node in enumerate(graph["nodes"]):
+    for j, node in enumerate(graph.nodes):
         if j in outer:
             continue
         node = dict(node, inputs=[list(outer[src]) + [0] if src in outer else [index[src], out, 0]
@@ -266,14 +399,17 @@ def inline_nodes(sub, inputs, first_id):
 
 
 def consumed_entries(graph):
-    """Every entry read by a node or returned as a head, sorted.
+    """Every entry read by a node or returned as a head, sorted (:meth:`Graph.consumed_entries`).
+
+    Parameters
+    ----------
+    graph : Graph or dict
 
     Returns
     -------
     list of (int, int)
     """
-    return sorted({(src, out) for node in graph["nodes"] for src, out, _ in node["inputs"]}
-                  | {(src, out) for src, out, _ in graph["heads"]})
+    return as_graph(graph).consumed_entries()
 
 
 def _np(dtype):
@@ -315,8 +451,7 @@ def entry_dtypes(graph, entries, known):
 
     Parameters
     ----------
-    graph : dict
-        From :func:`graph_json`.
+    graph : Graph or dict
     entries : list of (int, int)
         The entries to type, e.g. :func:`consumed_entries`.
     known : dict of str to dtype
@@ -332,9 +467,8 @@ def entry_dtypes(graph, entries, known):
     GraphTypeError
         When MXNet's type inference rejects the graph.
     """
-    probe = dict(graph)
-    probe["heads"] = [[src, out, 0] for src, out in entries]
-    arg_types, out_types, aux_types = infer_types(load_graph(probe), known)
+    probe = as_graph(graph).with_heads(entries)
+    arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
     variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
                  if t is not None}
     return dict(zip(entries, out_types)), variables
@@ -401,7 +535,7 @@ def pin_variable_dtypes(graph, variables, given=None):
 
     Parameters
     ----------
-    graph : dict
+    graph : Graph or dict
         Changed in place.
     variables : dict of str to dtype
     given : dict of str to dtype, optional
@@ -409,10 +543,12 @@ def pin_variable_dtypes(graph, variables, given=None):
         be stale: a ``SymbolBlock`` cast to float16 keeps its symbol's float32 declarations.
     """
     given = given or {}
-    for node in graph["nodes"]:
+    graph = as_graph(graph)
+    for node in graph.nodes:
         if node["op"] == "null" and node["name"] in variables:
             attrs = node.setdefault("attrs", {})
             if node["name"] in given:
                 attrs["__dtype__"] = dtype_code(given[node["name"]])
             else:
                 attrs.setdefault("__dtype__", dtype_code(variables[node["name"]]))
+    graph.changed()

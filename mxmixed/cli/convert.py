@@ -248,7 +248,7 @@ def _samples(args, shape, mapped, count, strict):
 
 def _check_excluded_layers(args, sym):
     """An --exclude name the graph lacks, in one line that says where layer names are."""
-    nodes = load("_core.graph").graph_json(sym)["nodes"]
+    nodes = load("_core.graph").Graph(sym).nodes
     layers = [(n["name"], n["op"]) for n in nodes if n["op"] != "null"]
     names = [name for name, _ in layers]
     for name in args.exclude:

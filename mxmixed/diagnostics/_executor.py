@@ -18,7 +18,7 @@ from mxnet.base import NDArrayHandle
 from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
-from ._graph import infer_shapes
+from ._tracing import infer_shapes
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from ._executor import Namer, Run
-from ._graph import (DATA, LABEL, Batch, check_block, check_has_gradients, check_initialized,
+from ._tracing import (DATA, LABEL, Batch, check_block, check_has_gradients, check_initialized,
                      split_batch, strip_amp_casts, trace)
 from .float16 import FLOAT16_MAX, LOG2_EDGES, combine, float16_shares
 

@@ -37,7 +37,7 @@ from .._core.convert import amp_forced, convert_graph, settle
 from .._core.graph import graph_json, load_graph
 from .._core.state import amp_initialized
 from ..training import amp_scope
-from ._graph import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
+from ._tracing import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
                      normalize_input_shape, strip_amp_casts, trace)
 
 __all__ = ["memory_report", "MemoryReport", "MemoryLine", "CONFIGS"]

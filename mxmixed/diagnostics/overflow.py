@@ -26,11 +26,12 @@ from mxnet.contrib import amp
 
 from .._core.convert import amp_forced, convert_graph
 from .._core.state import amp_initialized
+from ..emulation._names import is_emulation_name, user_name, user_tensor_name
 from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
-from ._graph import (DATA, LABEL, Batch, as_ndarray, base_name, block_paths, check_block,
-                     check_has_gradients, check_initialized, has_float16, is_cast, layer_of,
-                     split_batch, trace, user_tensor_name)
+from ._tracing import (DATA, LABEL, Batch, as_ndarray, block_paths, check_block,
+                       check_has_gradients, check_initialized, has_float16, is_cast, layer_of,
+                       split_batch, trace)
 from ._overflow_report import OverflowReport, input_suggestions, suggestions
 
 __all__ = ["find_overflow", "find_overflow_symbol", "OverflowReport", "keep_in_float32"]
@@ -149,8 +150,8 @@ def _producer(nodes, index, out=0):
 
 
 def _op_index(nodes, by_name, index):
-    """An emulation cast ``L_emu_*`` stands for op ``L``."""
-    return by_name.get(base_name(nodes[index]["name"]), index)
+    """An emulation cast of op ``L`` (``emulation._names``) stands for ``L``."""
+    return by_name.get(user_name(nodes[index]["name"]), index)
 
 
 def _entry_text(nodes, by_name, index, out):
@@ -180,7 +181,7 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
     gradient_of = cast_from = None
     if phase == "forward":
         node = nodes[i]
-        if is_cast(node) and base_name(node["name"]) == node["name"]:
+        if is_cast(node) and user_name(node["name"]) == node["name"]:
             # an AMP cast put a float32 value out of float16's range: blame its consumer
             consumers = [j for j, n in enumerate(nodes)
                          if any(src == i for src, _, _ in n["inputs"])]
@@ -199,7 +200,7 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
         node = nodes[i]
         if source is not None:
             gradient_of = _entry_text(nodes, by_name, *source)
-        if is_cast(node) and base_name(node["name"]) == node["name"] and source is not None:
+        if is_cast(node) and user_name(node["name"]) == node["name"] and source is not None:
             # an AMP cast turned a float32 gradient into float16: the float16 tensor is the
             # gradient of what the cast read
             target = _op_index(nodes, by_name, _producer(nodes, *source)[0])
@@ -208,7 +209,7 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
         else:
             target = _op_index(nodes, by_name, i)
     name = nodes[target]["name"]
-    emulated = any(n.startswith(name + "_emu_") for n in by_name)
+    emulated = any(is_emulation_name(n, name) for n in by_name)
     return {"layer": _label(name, paths), "node": name, "op": nodes[target]["op"],
             "gradient_of": gradient_of, "cast_from": cast_from,
             "float16": emulated or np.dtype(dtype) == _FLOAT16}

@@ -29,7 +29,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from ._graph import (GraphInfo, InputShape, block_paths, check_block, layer_of, normalize_input_shape,
+from ._tracing import (GraphInfo, InputShape, block_paths, check_block, layer_of, normalize_input_shape,
                      strip_amp_casts, trace)
 
 __all__ = ["tensor_core_audit", "TensorCoreAudit", "Finding", "AUDITED_OPS"]

@@ -27,7 +27,7 @@ import ast
 import os
 
 from .._core.env import switch
-from .._core.graph import Rebuild
+from ._names import is_emulation_name, is_input_cast
 from ._round16 import round16_op
 
 __all__ = ["carry_float32", "carry_enabled"]
@@ -47,26 +47,22 @@ def carry_float32(graph, float32_entries):
 
     Parameters
     ----------
-    graph : dict
-        A graph in MXNet's JSON form, as the emulation's rebuild produced it.
+    graph : mxmixed._core.graph.Graph
+        The graph as the emulation's rebuild produced it.
     float32_entries : callable
         ``float32_entries(graph, entries)`` returns the subset of ``entries``
         (``(node, output)`` pairs) that are float32.
 
     Returns
     -------
-    dict
-        The graph with the pairs replaced, or the same dict when none was found (or the
+    Graph
+        The graph with the pairs replaced, or the same Graph when none was found (or the
         carry is off or unavailable).
     """
     if not carry_enabled():
         return graph
-    nodes = graph["nodes"]
-    readers = {}
-    for i, node in enumerate(nodes):
-        for src, out, _ in node["inputs"]:
-            readers.setdefault((src, out), []).append(i)
-    heads = {(src, out) for src, out, _ in graph["heads"]}
+    nodes, readers = graph.nodes, graph.readers
+    heads = {(src, out) for src, out, _ in graph.heads}
     pairs = _single_reader_chains(nodes, readers, heads)
     fans = _fan_outs(nodes, readers, heads)
     if not pairs and not fans:
@@ -94,18 +90,18 @@ def carry_float32(graph, float32_entries):
 
 def _rebuilt(graph, pairs, fans):
     """The graph with each chain and each fan-out replaced by rounding ops."""
-    nodes = graph["nodes"]
+    nodes = graph.nodes
     dropped = {c for chain in pairs.values() for c in chain}
     dropped |= {c for routes in fans.values() for route in routes for c in route[:-1]}
     widening = {route[-1]: c for c, routes in fans.items() for route in routes}
     merged = {c for c, routes in fans.items() if _merged_by_mxnet(nodes, routes)}
-    new = Rebuild(graph)
+    new = graph.rebuild()
     for i, node in enumerate(nodes):
         if i in dropped:
             continue
         if i in pairs:
             down = nodes[pairs[i][-1]]
-            name = node["name"] if "_emu_in" in node["name"] else down["name"]
+            name = node["name"] if is_input_cast(node["name"]) else down["name"]
             node = _round16_node(name, down["name"], down["inputs"][0])
         elif i in fans:
             node = _round16_node(node["name"], node["name"], node["inputs"][0])
@@ -127,12 +123,12 @@ def _single_reader_chains(nodes, readers, heads):
     of the one before."""
     pairs = {}
     for up, node in enumerate(nodes):
-        if not (_cast_to(node, "float32") and "_emu_" in node["name"]):
+        if not (_cast_to(node, "float32") and is_emulation_name(node["name"])):
             continue
         chain, reader = [], up
         down, out = node["inputs"][0][:2]
         while (out == 0 and _cast_to(nodes[down], "float16")
-               and readers.get((down, 0)) == [reader] and (down, 0) not in heads):
+               and readers((down, 0)) == [reader] and (down, 0) not in heads):
             chain.append(down)
             reader = down
             down, out = nodes[down]["inputs"][0][:2]
@@ -167,7 +163,7 @@ def _fan_outs(nodes, readers, heads):
     """
     fans = {}
     for i, node in enumerate(nodes):
-        ups = readers.get((i, 0), [])
+        ups = readers((i, 0))
         if not (_cast_to(node, "float16") and (i, 0) not in heads and len(ups) >= 2
                 and len(set(ups)) == len(ups)):
             continue
@@ -221,10 +217,10 @@ def _copies_to_widening(nodes, readers, heads, node):
     route = []
     while _cast_to(nodes[node], "float16") and (node, 0) not in heads:
         route.append(node)
-        ups = readers.get((node, 0), [])
+        ups = readers((node, 0))
         if len(ups) != 1:
             return None
         node = ups[0]
-    if _cast_to(nodes[node], "float32") and "_emu_" in nodes[node]["name"]:
+    if _cast_to(nodes[node], "float32") and is_emulation_name(nodes[node]["name"]):
         return route + [node]
     return None

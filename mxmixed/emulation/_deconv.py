@@ -16,6 +16,7 @@ import ast
 import mxnet as mx
 
 from .._core.graph import inline_nodes
+from ._names import emu_name
 
 __all__ = ["conv_form_applies", "deconvolution_as_convolution", "deconvolution_nodes"]
 
@@ -121,6 +122,6 @@ def deconvolution_nodes(node, first_id):
     sub = deconvolution_as_convolution(mx.sym, *placeholders, node.get("attrs", {}))
     nodes = inline_nodes(sub, dict(zip(["data", "weight"], node["inputs"])), first_id)
     for k, sub_node in enumerate(nodes):
-        sub_node["name"] = "%s_emu_deconv%d" % (node["name"], k)
+        sub_node["name"] = emu_name(node["name"], "deconv", k)
     nodes[-1]["name"] = node["name"]
     return nodes

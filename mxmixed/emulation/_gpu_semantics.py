@@ -19,12 +19,14 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
-from .._core.graph import Rebuild, inline_nodes
+from .._core.graph import inline_nodes
 from .._core.state import EMULATION
+from ._names import emu_name
 
 __all__ = ["roi_align_as_on_gpu", "follow_gpu_in_graph", "csr_dot_as_on_gpu", "is_float16_csr"]
 
 ROI_ALIGN = "_contrib_ROIAlign"
+_GPU_SUFFIX = emu_name("", "gpu")
 _FLOAT16 = np.dtype(np.float16)
 
 
@@ -64,37 +66,36 @@ def _roi_align_nodes(node, first_id):
     attrs = dict(node.get("attrs", {}))
 
     def native(data, rois, **kw):
-        return mx.sym.contrib.ROIAlign(data, rois, name=node["name"] + "_emu_gpu", **kw)
+        return mx.sym.contrib.ROIAlign(data, rois, name=emu_name(node["name"], "gpu"), **kw)
 
     sub = roi_align_as_on_gpu(mx.sym, native, *placeholders, **attrs)
     nodes = inline_nodes(sub, dict(zip(["data", "rois"], node["inputs"])), first_id)
     for k, sub_node in enumerate(nodes):
         if sub_node["op"] != ROI_ALIGN:
-            sub_node["name"] = "%s_emu_gpu%d" % (node["name"], k)
+            sub_node["name"] = emu_name(node["name"], "gpu", k)
     nodes[-1]["name"] = node["name"]
     return nodes
 
 
 def follow_gpu_in_graph(graph):
-    """Rewrite, in a graph dict, the ops whose CPU kernel differs from the GPU's.
+    """Rewrite, in a graph, the ops whose CPU kernel differs from the GPU's.
 
     Parameters
     ----------
-    graph : dict
-        ``sym.tojson()`` as a dict.
+    graph : mxmixed._core.graph.Graph
 
     Returns
     -------
-    dict or None
+    Graph or None
         The rewritten graph, or None when nothing needed rewriting.
     """
-    nodes = graph["nodes"]
-    if not any(n["op"] == ROI_ALIGN and not n["name"].endswith("_emu_gpu") for n in nodes):
+    nodes = graph.nodes
+    if not any(n["op"] == ROI_ALIGN and not n["name"].endswith(_GPU_SUFFIX) for n in nodes):
         return None
-    new = Rebuild(graph)
+    new = graph.rebuild()
     for i, node in enumerate(nodes):
         node = new.mapped(node)
-        if node["op"] == ROI_ALIGN and not node["name"].endswith("_emu_gpu"):
+        if node["op"] == ROI_ALIGN and not node["name"].endswith(_GPU_SUFFIX):
             new.place(i, new.add(*_roi_align_nodes(node, new.next_id)))  # one output: the last's
         else:
             new.place(i, new.add(node))

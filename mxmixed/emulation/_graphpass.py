@@ -20,11 +20,11 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 import mxnet as mx
 import numpy as np
 
-from .._core.graph import (GraphTypeError, Rebuild, cast_node, entry_dtypes, graph_json,
-                      load_graph, pin_variable_dtypes)
+from .._core.graph import Graph, GraphTypeError, cast_node, pin_variable_dtypes
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
+from ._names import emu_name, is_input_cast, is_output_cast
 from ._ops import BIAS_TWICE, EMULATED_OPS
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
@@ -138,18 +138,17 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
         When MXNet's type inference rejects the graph for these dtypes, as it would on a GPU
         (for example a float16 input with float32 weights in one FullyConnected).
     """
-    graph = graph_json(sym)
+    graph = Graph(sym)
     as_on_gpu = follow_gpu_in_graph(graph)
     if as_on_gpu is not None:
-        graph, sym = as_on_gpu, load_graph(as_on_gpu)
-    nodes = graph["nodes"]
+        graph, sym = as_on_gpu, as_on_gpu.to_symbol()
+    nodes = graph.nodes
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)
                if node["op"] in EMULATED_OPS and node["name"] not in exclude]
     if not targets:
         return sym
-    consumed = {(src, out) for node in nodes for src, out, _ in node["inputs"]}
-    consumed |= {(src, out) for src, out, _ in graph["heads"]}
+    consumed = set(graph.consumed_entries())
     target_set = set(targets)
     entries = {(i, 0) for i in targets}
     for i in targets:
@@ -158,7 +157,7 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
     entries = sorted(entries)
     known = dict(type_dict or {})
     try:
-        types, variables = entry_dtypes(graph, entries, known)
+        types, variables = graph.entry_dtypes(entries, known)
     except GraphTypeError as err:
         raise TypeError("MXNet's type inference rejects this graph (it would fail on a GPU "
                         "too): %s; give that op's inputs one dtype (input dtypes: %s)%s"
@@ -187,19 +186,19 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
     pin_variable_dtypes(graph, variables, known)
     _pin_bias_shapes(graph, rewrite)
     rebuilt = _rebuild(graph, rewrite, multicast)
-    return load_graph(carry_float32(rebuilt, _float32_entries) if carry else rebuilt)
+    return (carry_float32(rebuilt, _float32_entries) if carry else rebuilt).to_symbol()
 
 
 def _float32_entries(graph, entries):
     """The entries of a rebuilt graph (variable dtypes pinned) that are float32."""
     entries = sorted(entries)
-    types, _ = entry_dtypes(graph, entries, {})
+    types, _ = graph.entry_dtypes(entries, {})
     return {entry for entry in entries if types[entry] == np.dtype(np.float32)}
 
 
 def _pin_bias_shapes(graph, rewrite):
     """Write each bias variable's shape on it: once the op has no bias, nothing infers it."""
-    nodes = graph["nodes"]
+    nodes = graph.nodes
     for i, (_, _, bias) in rewrite.items():
         if bias is None:
             continue
@@ -208,20 +207,21 @@ def _pin_bias_shapes(graph, rewrite):
         size = attrs.get("num_hidden", attrs.get("num_filter"))
         if nodes[src]["op"] == "null" and size is not None:
             nodes[src].setdefault("attrs", {}).setdefault("__shape__", "(%d,)" % int(size))
+    graph.changed()
 
 
 def _bias_nodes(node, out_id, bias_entry, first_id):
     """The nodes that add the bias as a GPU does: round, widen, add, round."""
     name, attrs = node["name"], node.get("attrs", {})
-    nodes = [cast_node("%s_emu_round0" % name, "float16", [out_id, 0]),
-             cast_node("%s_emu_widen0" % name, "float32", [first_id, 0])]
+    nodes = [cast_node(emu_name(name, "round"), "float16", [out_id, 0]),
+             cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
     shape = bias_shape(node["op"], attrs)
     if shape is not None:
-        nodes.append({"op": "Reshape", "name": "%s_emu_bias" % name,
+        nodes.append({"op": "Reshape", "name": emu_name(name, "bias"),
                       "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})
         bias = [first_id + 2, 0]
-    nodes.append({"op": "broadcast_add", "name": "%s_emu_biasadd0" % name, "attrs": {},
+    nodes.append({"op": "broadcast_add", "name": emu_name(name, "biasadd"), "attrs": {},
                   "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
     return nodes
 
@@ -240,8 +240,8 @@ def _rebuild(graph, rewrite, multicast):
     is replaced by what it computes: every output is its input, cast with ``amp_cast`` where
     the dtype changes.
     """
-    new, upcasts = Rebuild(graph), {}
-    for i, node in enumerate(graph["nodes"]):
+    new, upcasts = graph.rebuild(), {}
+    for i, node in enumerate(graph.nodes):
         node = new.mapped(node)
         if i in multicast:
             for out, (source_dtype, dtype) in multicast[i].items():
@@ -249,7 +249,7 @@ def _rebuild(graph, rewrite, multicast):
                 new.redirect((i, out), source)
                 if dtype != source_dtype:
                     new.redirect((i, out), (new.add(cast_node(
-                        "%s_emu_out%d" % (node["name"], out), dtype, source)), 0))
+                        emu_name(node["name"], "out", out), dtype, source)), 0))
             continue
         bias_entry = None
         if i in rewrite:
@@ -257,7 +257,7 @@ def _rebuild(graph, rewrite, multicast):
             for k in cast_in:
                 key = tuple(node["inputs"][k][:2])
                 if key not in upcasts:
-                    upcasts[key] = new.add(cast_node("%s_emu_in%d" % (node["name"], k),
+                    upcasts[key] = new.add(cast_node(emu_name(node["name"], "in", k),
                                                      "float32", key))
                 node["inputs"][k] = [upcasts[key], 0, 0]
             if bias is not None:
@@ -271,7 +271,7 @@ def _rebuild(graph, rewrite, multicast):
             if out == 0 and bias_entry is not None:
                 src = new.add(*_bias_nodes(node, new_id, bias_entry, new.next_id))
             new.redirect((i, out), (new.add(cast_node(
-                "%s_emu_out%d" % (node["name"], out), "float16",
+                emu_name(node["name"], "out", out), "float16",
                 [src, 0 if src != new_id else out])), 0))
     return new.graph()
 
@@ -290,13 +290,13 @@ def count_emulated(sym: "mx.sym.Symbol") -> Dict[str, int]:
         counted).
     """
     counts = {"to_float32": 0, "to_float16": 0}
-    for node in graph_json(sym)["nodes"]:
+    for node in Graph(sym).nodes:
         if node["op"] == "_mxmixed_round16":  # a fused cast pair (see _carry.py)
-            counts["to_float32"] += "_emu_in" in node["name"]
-            counts["to_float16"] += "_emu_out" in node["attrs"]["fused"]
+            counts["to_float32"] += is_input_cast(node["name"])
+            counts["to_float16"] += is_output_cast(node["attrs"]["fused"])
             continue
-        if node["op"] == "amp_cast" and ("_emu_in" in node["name"]
-                                         or "_emu_out" in node["name"]):
+        if node["op"] == "amp_cast" and (is_input_cast(node["name"])
+                                         or is_output_cast(node["name"])):
             counts["to_" + node["attrs"]["dtype"]] += 1
     return counts
 
@@ -313,7 +313,7 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     -------
     set of str
     """
-    nodes = graph_json(sym)["nodes"]
+    nodes = Graph(sym).nodes
     return {node["op"] for node in nodes if node["op"] != "null"
-            and any(nodes[src]["name"].startswith(node["name"] + "_emu_in")
+            and any(is_input_cast(nodes[src]["name"], node["name"])
                     for src, _, _ in node["inputs"])}

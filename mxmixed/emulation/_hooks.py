@@ -109,7 +109,7 @@ class _UserExecutor(mx.executor.Executor):
 
     ``output_dict``, ``arg_dict`` and the rest are keyed by ``_symbol``'s names; the rewritten
     graph has the same inputs and outputs in the same order, but its outputs carry the names of
-    its last nodes (``fc_emu_out0_output``), which a GPU run never shows.
+    its last nodes (an ``emu_name(..., "out", 0)`` output), which a GPU run never shows.
     """
 
     def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):

@@ -20,7 +20,7 @@ from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert
 from ._report import ConversionReport
-from ._graph import default_ctx, is_cpu, symbol_block
+from ._inference import default_ctx, is_cpu, symbol_block
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 

@@ -297,7 +297,7 @@ def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 def _first_inputs_only(sym):
     """Variables that feed their ops only as the first input, where data goes (a weight never
     does): a data variable that declares its shape (``mx.sym.var('data', shape=...)``)."""
-    nodes = graphs.graph_json(sym)["nodes"]
+    nodes = graphs.Graph(sym).nodes
     slots = {}
     for node in nodes:
         for k, (src, _, _) in enumerate(node["inputs"]):

@@ -13,11 +13,10 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._core import graph as graphs
 from .._core.convert import ConversionError, convert_graph
-from .._core.graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, graph_json
+from .._core.graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, Graph
 from ._checkpoints import check_params, data_inputs, save_checkpoint
-from ._graph import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
+from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
 from ._probe import probe_layers, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
@@ -200,10 +199,9 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     if target == "bfloat16" and not keep_io_types:
         raise ConversionError("keep_io_types=False is for float16 only: a bfloat16 model "
                               "takes and returns float32")
-    _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclude_ops,
-                             searched_layers)
-    before_graph = graph_json(sym)
-    nodes = before_graph["nodes"]
+    before_graph = _check_convert_arguments(sym, arg_params, aux_params, exclude_layers,
+                                            exclude_ops, searched_layers)
+    nodes = before_graph.nodes
     reasons = _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
                                keep_detection_float32)
     low = (FLOAT16, BFLOAT16)
@@ -216,13 +214,14 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(cast_optional_params), data_names,
                                                    notes)
-    _check_batchnorm_float32(new_sym, new_args, new_auxs)
+    graph = Graph(new_sym)
+    _check_batchnorm_float32(graph, new_args, new_auxs)
     if not keep_io_types:
-        graph = graph_json(new_sym)
         data_types = {n: FLOAT32 for n in data_names}
         dtypes = consumed_dtypes(graph, known_types(new_args, new_auxs, data_types))
-        new_sym = graphs.load_graph(io_float16(graph, set(data_names), dtypes))
-    report = build_report(before_graph, new_sym, arg_params, aux_params, new_args, new_auxs,
+        graph = io_float16(graph, set(data_names), dtypes)
+        new_sym = graph.to_symbol()
+    report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons,
                            {"keep_io_types": bool(keep_io_types),
                             "cast_optional_params": bool(cast_optional_params)}, target)
@@ -257,9 +256,11 @@ def _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclud
             raise ConversionError("%s must be a list of names, not the string %r"
                                   % (what, names))
     check_params(sym, arg_params, aux_params)
-    if any(n["op"] in CAST_OPS for n in graph_json(sym)["nodes"]):
+    graph = Graph(sym)
+    if any(n["op"] in CAST_OPS for n in graph.nodes):
         raise ConversionError("the graph already holds amp_cast nodes: it is mixed precision "
                               "already (load it with load_float16)")
+    return graph
 
 
 def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
@@ -288,9 +289,9 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
     return reasons
 
 
-def _check_batchnorm_float32(sym, arg_params, aux_params):
+def _check_batchnorm_float32(graph, arg_params, aux_params):
     converted = dict(arg_params, **aux_params)
-    bad = sorted(name for name in batchnorm_params(graph_json(sym))
+    bad = sorted(name for name in batchnorm_params(graph)
                  if name in converted and np.dtype(converted[name].dtype) != FLOAT32)
     if bad:  # cannot happen with MXNet 1.9.1's op lists; guards against other lists
         raise ConversionError("the conversion made BatchNorm params %s float16; BatchNorm "

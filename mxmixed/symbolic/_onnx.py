@@ -19,11 +19,11 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, FLOAT32, graph_json, last_line, var_dtype
+from .._core.graph import FLOAT16, FLOAT32, Graph, last_line, var_dtype
 from .._files.atomic import atomic_write
 from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
-from ._graph import default_ctx, inference_graph
+from ._inference import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
 from ._validation import (Model, Runner, ValidationReport, progress_bar, run_batches,
@@ -161,7 +161,8 @@ def export_onnx(model: Model, input_shape: Sequence[int],
     input_shape = tuple(int(s) for s in input_shape)
     params = dict(model.arg_params, **model.aux_params)
     sym = inference_graph(model.symbol)
-    var_nodes = {n["name"]: n for n in graph_json(sym)["nodes"] if n["op"] == "null"}
+    graph = Graph(sym)
+    var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     if len(data_names) != 1:
         raise ConversionError("ONNX export supports models with one data input; this one has "
@@ -176,7 +177,7 @@ def export_onnx(model: Model, input_shape: Sequence[int],
         proto32, _ = to_proto(sym32, dict(args32, **auxs32), name, FLOAT32, input_shape)
         float32_bytes = proto32.ByteSize()
     notes = []
-    nms = class_aware_nms(graph_json(sym))
+    nms = class_aware_nms(graph)
     if nms:
         notes.append("%s suppress(es) boxes per class in MXNet; MXNet's exporter writes ONNX "
                      "NonMaxSuppression across all classes, so the detections differ from "

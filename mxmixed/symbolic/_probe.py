@@ -14,7 +14,7 @@ import numpy as np
 
 from .._core import graph as graphs
 from .._core.graph import graph_json
-from ._graph import inference_graph
+from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
 __all__ = ["layer_sensitivity", "probe_layers", "underflow_layers", "underflow_note"]

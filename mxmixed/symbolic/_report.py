@@ -8,8 +8,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from .._core.graph import CAST_OPS, FLOAT32, dtype_name, graph_json, var_dtype
-from ._graph import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
+from .._core.graph import CAST_OPS, FLOAT32, dtype_name, var_dtype
+from ._inference import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
 
 __all__ = ["ConversionReport", "build_report", "format_bytes"]
 
@@ -185,10 +185,10 @@ class ConversionReport:
         return lines
 
 
-def build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after, data_names,
+def build_report(before_graph, graph, arg_before, aux_before, arg_after, aux_after, data_names,
                   reasons, settings, target):
-    graph = graph_json(sym)
-    nodes = graph["nodes"]
+    """The report of a conversion from Graph ``before_graph`` to Graph ``graph``."""
+    nodes = graph.nodes
     var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
     dtypes = consumed_dtypes(graph, known_types(arg_after, aux_after, data_types))
@@ -206,10 +206,10 @@ def build_report(before_graph, sym, arg_before, aux_before, arg_after, aux_after
             if reason is None:
                 reason = "float32 op list" if is_fp32_listed(node, target) else "float32 input"
             fp32_layers.append((node["name"], node["op"], reason))
-    casts_before = sum(1 for n in before_graph["nodes"] if n["op"] in CAST_OPS)
+    casts_before = sum(1 for n in before_graph.nodes if n["op"] in CAST_OPS)
     casts_after = sum(1 for n in nodes if n["op"] in CAST_OPS)
     outputs = {}
-    for name, (src, out, _) in zip(sym.list_outputs(), graph["heads"]):
+    for name, (src, out, _) in zip(graph.to_symbol().list_outputs(), graph.heads):
         dtype = dtypes.get((src, out))
         outputs[name] = dtype_name(dtype) if dtype is not None else "unknown"
     return ConversionReport(

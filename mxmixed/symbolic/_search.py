@@ -17,7 +17,7 @@ from .._core.convert import ConversionError
 from .._core.graph import graph_json
 from ._conversion import ConvertedModel, convert
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
-from ._graph import default_ctx, inference_graph
+from ._inference import default_ctx, inference_graph
 from ._probe import layer_sensitivity, probe_layers, underflow_layers, underflow_note
 from ._validation import Runner, largest_error, run_batches, split_batches
 

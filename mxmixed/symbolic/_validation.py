@@ -18,7 +18,7 @@ from .. import emulation
 from .._core.convert import ConversionError
 from .._core.graph import FLOAT16, FLOAT32
 from ._detections import OutputCheck, compare_outputs
-from ._graph import default_ctx, is_cpu, symbol_block
+from ._inference import default_ctx, is_cpu, symbol_block
 
 __all__ = ["validate", "ValidationReport", "Runner", "largest_error", "progress_bar", "run_batches",
            "split_batches"]

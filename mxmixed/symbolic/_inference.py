@@ -1,18 +1,18 @@
-"""Private graph helpers of :mod:`mxmixed.symbolic`: graph JSON, dtypes, rewrites, SymbolBlocks.
+"""How :mod:`mxmixed.symbolic` runs a graph for inference, and the dtypes it runs in.
 
-Type inference per entry, the ``keep_io_types=False`` rewrite, inference forms of Module API
-loss outputs, and the inference ``SymbolBlock`` (emulated on a CPU) that the conversion,
-validation, search and loading code share.
+The inference form of Module API loss outputs, the inference ``SymbolBlock`` (emulated on a
+CPU) that the conversion, validation, search and loading code share, the dtype of each graph
+entry, and the ``keep_io_types=False`` rewrite.
 """
 import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
-from .._core import graph as graphs
 from ..emulation import emulate_symbol
 from .._core.convert import ConversionError
-from .._core.graph import BATCHNORM_OPS, FLOAT16, LOSS_OUTPUT_OPS, graph_json, last_line, var_dtype
+from .._core.graph import (BATCHNORM_OPS, BFLOAT16, FLOAT16, LOSS_OUTPUT_OPS, Graph, GraphTypeError,
+                           amp_list_key, cast_node, dtype_code, is_floating, last_line, var_dtype)
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
@@ -20,10 +20,10 @@ __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx"
 
 # ------------------------------------------------------------------ graph helpers
 def consumed_dtypes(graph, known):
-    """Dtype of every entry ``(node, output)`` consumed in the graph or at its heads."""
+    """Dtype of every entry ``(node, output)`` consumed in ``graph`` (a Graph) or at its heads."""
     try:
-        dtypes, _ = graphs.entry_dtypes(graph, graphs.consumed_entries(graph), known)
-    except graphs.GraphTypeError as err:
+        dtypes, _ = graph.entry_dtypes(graph.consumed_entries(), known)
+    except GraphTypeError as err:
         raise ConversionError("MXNet's type inference rejects the graph: %s"
                               % err.reason) from None
     return dtypes
@@ -33,13 +33,13 @@ def compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
     for src, out, _ in node["inputs"]:
         dtype = dtypes.get((src, out))
-        if graphs.is_floating(dtype):
+        if is_floating(dtype):
             return dtype
     return None
 
 
 def is_fp32_listed(node, target):
-    key = graphs.amp_list_key(target)
+    key = amp_list_key(target)
     if node["op"] in amp.list_fp32_ops(key):
         return True
     for op, attr, values in amp.list_conditional_fp32_ops(key):
@@ -62,16 +62,12 @@ def io_float16(graph, data_names, dtypes):
     cast back to float32 is returned as float16. Inputs that only feed float32 ops (labels)
     stay float32.
     """
-    nodes = graph["nodes"]
-    consumers = {}
-    for j, node in enumerate(nodes):
-        for src, out, _ in node["inputs"]:
-            consumers.setdefault(src, []).append(j)
+    nodes = graph.nodes
     down_casts, widen = {}, set()
     for d, node in enumerate(nodes):
         if node["op"] != "null" or node["name"] not in data_names:
             continue
-        users = sorted(set(consumers.get(d, [])))
+        users = graph.consumers(d)
         down = [j for j in users if nodes[j]["op"] == "amp_cast"
                 and nodes[j]["attrs"].get("dtype") == "float16"]
         if down:
@@ -79,7 +75,7 @@ def io_float16(graph, data_names, dtypes):
             if len(down) < len(users):
                 widen.add(d)
     head_redirect = {}
-    for src, out, _ in graph["heads"]:
+    for src, out, _ in graph.heads:
         node = nodes[src]
         if node["op"] == "amp_cast" and node["attrs"].get("dtype") == "float32":
             inner = tuple(node["inputs"][0][:2])
@@ -90,40 +86,40 @@ def io_float16(graph, data_names, dtypes):
     used = {src for node in nodes for src, _, _ in node["inputs"]}
     drop = {j for down in down_casts.values() for j in down}
     drop |= {src for src, _ in head_redirect if src not in used}
-    new, upcast = graphs.Rebuild(graph), {}
+    new, upcast = graph.rebuild(), {}
     for i, node in enumerate(nodes):
         if i in drop:
             continue
         node = dict(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
                                   for e in node["inputs"]])
         if i in down_casts:
-            node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(np.float16))
+            node["attrs"] = dict(node.get("attrs", {}), __dtype__=dtype_code(np.float16))
         new.place(i, new.add(node))
         for j in down_casts.get(i, ()):
             new.redirect((j, 0), (new.entry([i, 0])))
         if i in widen:  # its other readers need float32
-            upcast[i] = new.add(graphs.cast_node(node["name"] + "_amp_cast_float32", "float32",
-                                                 new.entry([i, 0])))
+            upcast[i] = new.add(cast_node(node["name"] + "_amp_cast_float32", "float32",
+                                          new.entry([i, 0])))
     return new.graph(heads=[list(head_redirect.get((src, out), (src, out))) + [version]
-                            for src, out, version in graph["heads"]])
+                            for src, out, version in graph.heads])
 
 
 def batchnorm_params(graph):
     """Names of the gamma, beta and moving-statistics inputs of every BatchNorm node."""
-    nodes = graph["nodes"]
+    nodes = graph.nodes
     return {nodes[src]["name"] for node in nodes if node["op"] in BATCHNORM_OPS
             for src, _, _ in node["inputs"][1:5] if nodes[src]["op"] == "null"}
 
 
 def inference_graph(sym):
     """Replace Module-API loss outputs by their inference form, dropping label inputs."""
-    graph = graph_json(sym)
-    heads = graph["heads"]
-    if not any(graph["nodes"][src]["op"] in LOSS_OUTPUT_OPS for src, _, _ in heads):
+    graph = Graph(sym)
+    heads = graph.heads
+    if not any(graph.nodes[src]["op"] in LOSS_OUTPUT_OPS for src, _, _ in heads):
         return sym
     outputs = []
     for k, (src, _, _) in enumerate(heads):
-        node = graph["nodes"][src]
+        node = graph.nodes[src]
         head = sym[k]
         if node["op"] not in LOSS_OUTPUT_OPS:
             outputs.append(head)
@@ -161,9 +157,9 @@ def is_cpu(ctx):
 
 def _is_bfloat16_graph(graph, types):
     """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
-    return (any(t == graphs.BFLOAT16 for t in types.values())
+    return (any(t == BFLOAT16 for t in types.values())
             or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
-                   for n in graph["nodes"]))
+                   for n in graph.nodes))
 
 
 def symbol_block(sym, arg_params, aux_params, ctx):
@@ -175,8 +171,8 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     params = dict(arg_params)
     params.update(aux_params)
     sym = inference_graph(sym)
-    graph = graph_json(sym)
-    var_nodes = {n["name"]: n for n in graph["nodes"] if n["op"] == "null"}
+    graph = Graph(sym)
+    var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names}
     types = {n: np.dtype(v.dtype) for n, v in params.items()}

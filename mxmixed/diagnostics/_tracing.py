@@ -1,10 +1,9 @@
-"""Shared plumbing of the diagnostics: input checks, tracing a Gluon net to a Symbol, shape and
-dtype inference per graph entry, and names that point back to Gluon blocks.
+"""Tracing a Gluon net to the graph the diagnostics read: the checks before it, the trace, the
+shape and dtype of every graph entry, and names that point back to Gluon blocks.
 
 Every diagnostic works on a Symbol graph. A Gluon ``HybridBlock`` is traced by calling it on
 ``mx.sym.var('data')``; that does not touch its cached graph, its parameters or its gradients.
 """
-import re
 from typing import Dict, Tuple, Union
 
 import numpy as np
@@ -12,9 +11,9 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._core import graph as graphs
 from .. import emulation
-from .._core.graph import graph_json, last_line
+from .._core.graph import Graph, GraphShapeError, GraphTypeError, infer_types, last_line
+from .._core.graph import infer_shapes as infer_graph_shapes
 
 _FLOAT16 = np.dtype(np.float16)
 DATA = "data"
@@ -23,8 +22,6 @@ LABEL = "label"
 # The annotations of the public functions: a batch (data, or data and label) and input shapes.
 Batch = Union[mx.nd.NDArray, Tuple[mx.nd.NDArray, mx.nd.NDArray]]
 InputShape = Union[Tuple[int, ...], Dict[str, Tuple[int, ...]]]
-_EMU = re.compile(r"_emu_(in\d+|out\d+|round0|widen0|bias|biasadd0)$")
-_EMU_INSIDE = re.compile(r"_emu_(?:in\d+|out\d+|round0|widen0|bias|biasadd0)(?=_|$)")
 
 
 # ---------------------------------------------------------------- inputs
@@ -156,7 +153,7 @@ def strip_amp_casts(sym):
 
 def has_float16(sym, arg_dtypes=None):
     """Whether a graph computes in float16: a float16 cast or a float16 input."""
-    for node in graph_json(sym)["nodes"]:
+    for node in Graph(sym).nodes:
         attrs = node.get("attrs", {})
         if node["op"] in ("amp_cast", "Cast", "cast") and attrs.get("dtype") == "float16":
             return True
@@ -174,8 +171,8 @@ def infer_shapes(sym, shapes, partial=False):
         Argument shapes by name, output shapes, auxiliary shapes by name.
     """
     try:
-        found = graphs.infer_shapes(sym, shapes, partial=partial)
-    except graphs.GraphShapeError as err:
+        found = infer_graph_shapes(sym, shapes, partial=partial)
+    except GraphShapeError as err:
         raise ValueError("the input shape %s does not fit the graph: %s"
                          % (_fmt_shapes(shapes), last_line(err.error))) from None
     if found is None:
@@ -236,8 +233,8 @@ class GraphInfo:
 
     def __init__(self, sym, shapes, dtypes=None):
         self.sym = sym
-        self.graph = graph_json(sym)
-        self.nodes = self.graph["nodes"]
+        self.graph = Graph(sym)
+        self.nodes = self.graph.nodes
         self.index = {node["name"]: i for i, node in enumerate(self.nodes)}
         internals = sym.get_internals()
         n_out = len(internals.list_outputs())
@@ -245,9 +242,8 @@ class GraphInfo:
         self.arg_shapes, _, self.aux_shapes = infer_shapes(sym, shapes)
         _, out_shapes, _ = infer_shapes(internals, shapes)
         try:
-            self.arg_dtypes, out_types, self.aux_dtypes = graphs.infer_types(internals,
-                                                                             dtypes or {})
-        except graphs.GraphTypeError as err:
+            self.arg_dtypes, out_types, self.aux_dtypes = infer_types(internals, dtypes or {})
+        except GraphTypeError as err:
             raise TypeError("the graph's dtypes do not fit together: %s" % err.reason) from None
         self._outputs = {}
         for j, owner in enumerate(owners):
@@ -273,8 +269,7 @@ class GraphInfo:
 
     def consumers(self, node_index):
         """Indices of the nodes that read any output of a node."""
-        return [i for i, node in enumerate(self.nodes)
-                if any(src == node_index for src, _, _ in node["inputs"])]
+        return self.graph.consumers(node_index)
 
     def attrs(self, node_index):
         return self.nodes[node_index].get("attrs", {})
@@ -285,15 +280,6 @@ def is_cast(node):
     return node["op"] in ("amp_cast", "amp_multicast", "Cast", "cast")
 
 
-def base_name(name):
-    """A node name without the emulation's ``_emu_in0`` / ``_emu_out0`` suffix."""
-    return _EMU.sub("", name)
-
-
-def user_tensor_name(name):
-    """A tensor name as the user's graph has it: the emulation's ``_emu_*`` parts left out
-    (``conv0_fwd_emu_out0_output`` is ``conv0_fwd_output``)."""
-    return _EMU_INSIDE.sub("", name)
 
 
 # ---------------------------------------------------------------- names of Gluon blocks
