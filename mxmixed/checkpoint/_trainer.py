@@ -10,8 +10,9 @@ import pickle
 import mxnet as mx
 from mxnet import gluon
 
+from .._core.dtypes import numpy_name
 from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
-                           corrupt, describe, dtype_name, json_member, nd_member, shape_fits)
+                           corrupt, describe, json_member, nd_member, shape_fits)
 from ._plain import _Object, decode_plain, encode_plain, quoted
 
 
@@ -24,7 +25,7 @@ def trainer_params(trainer, named):
     for param in trainer._params:
         name = by_id.get(id(param))
         rows.append({"name": name, "shape": list(param.shape or ()),
-                     "dtype": dtype_name(param.dtype)})
+                     "dtype": numpy_name(param.dtype)})
     return rows
 
 
@@ -348,8 +349,8 @@ def _state_problem(state, template, own_shape):
             return "%s where the optimizer keeps an array" % quoted(state)
         if not shape_fits(own_shape, tuple(state.shape)) or state.dtype != template.dtype:
             return "an array of %s where the optimizer keeps one of %s" % (
-                describe(state.shape, dtype_name(state.dtype)),
-                describe(own_shape or (), dtype_name(template.dtype)))
+                describe(state.shape, numpy_name(state.dtype)),
+                describe(own_shape or (), numpy_name(template.dtype)))
         return None
     if isinstance(template, (tuple, list)):
         if not (isinstance(state, (tuple, list)) and len(state) == len(template)):

@@ -142,7 +142,7 @@ def command(args):
     except symbolic.ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
-        raise CLIError("MXNet failed: %s" % load("_core.graph").last_line(err)) from None
+        raise CLIError("MXNet failed: %s" % load("_core.errors").one_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
 
 

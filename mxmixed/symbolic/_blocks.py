@@ -15,7 +15,9 @@ from mxnet import gluon
 from .._core import graph as graphs
 from .. import emulation
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, graph_json, last_line, var_dtype
+from .._core.dtypes import FLOAT16
+from .._core.errors import one_line
+from .._core.graph import graph_json, var_dtype
 from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert
@@ -170,7 +172,7 @@ def _block_graph(block, inputs, ctx):
                     mx.nd.waitall()
             except mx.base.MXNetError as err:
                 raise ConversionError("block %s failed on the example inputs: %s"
-                                      % (block.name, last_line(err))) from None
+                                      % (block.name, one_line(err))) from None
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph

@@ -15,7 +15,8 @@ from mxnet import gluon
 
 from .._core import graph as graphs
 from .._core.convert import ConversionError, convert_graph
-from .._core.graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, graph_json
+from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from .._core.graph import CAST_OPS, DETECTION_OPS, graph_json
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._graph import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)

@@ -9,10 +9,13 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
+from .._core import dtypes
 from .._core import graph as graphs
 from ..emulation import emulate_symbol
 from .._core.convert import ConversionError
-from .._core.graph import BATCHNORM_OPS, FLOAT16, LOSS_OUTPUT_OPS, graph_json, last_line, var_dtype
+from .._core.dtypes import FLOAT16
+from .._core.errors import one_line
+from .._core.graph import BATCHNORM_OPS, LOSS_OUTPUT_OPS, graph_json, var_dtype
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
@@ -33,13 +36,13 @@ def compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
     for src, out, _ in node["inputs"]:
         dtype = dtypes.get((src, out))
-        if graphs.is_floating(dtype):
+        if dtypes.is_floating(dtype):
             return dtype
     return None
 
 
 def is_fp32_listed(node, target):
-    key = graphs.amp_list_key(target)
+    key = dtypes.amp_list_key(target)
     if node["op"] in amp.list_fp32_ops(key):
         return True
     for op, attr, values in amp.list_conditional_fp32_ops(key):
@@ -161,7 +164,7 @@ def is_cpu(ctx):
 
 def _is_bfloat16_graph(graph, types):
     """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
-    return (any(t == graphs.BFLOAT16 for t in types.values())
+    return (any(t == dtypes.BFLOAT16 for t in types.values())
             or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
                    for n in graph["nodes"]))
 
@@ -191,7 +194,7 @@ def symbol_block(sym, arg_params, aux_params, ctx):
             "the graph does not type-check with the dtypes of its params (a converted graph "
             "saved without its amp_cast nodes, as mx.model.save_checkpoint and "
             "HybridBlock.export do by default, cannot run): %s"
-            % last_line(err).rsplit("): ", 1)[-1]) from None
+            % one_line(err).rsplit("): ", 1)[-1]) from None
     inputs = [mx.sym.var(n, dtype=data_types[n]) for n in data_names]
     block = gluon.SymbolBlock(sym, inputs)
     block_params = block.collect_params()
@@ -203,7 +206,7 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     try:
         block_params.load_dict(payload, ctx=ctx, ignore_extra=True)
     except (AssertionError, mx.base.MXNetError) as err:
-        raise ConversionError("the params do not fit the graph: %s" % last_line(err)) from None
+        raise ConversionError("the params do not fit the graph: %s" % one_line(err)) from None
     block._mxmixed_input_dtypes = data_types
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)

@@ -8,7 +8,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from .._core.graph import CAST_OPS, FLOAT32, dtype_name, graph_json, var_dtype
+from .._core.dtypes import FLOAT32, dtype_name
+from .._core.graph import CAST_OPS, graph_json, var_dtype
 from ._graph import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
 
 __all__ = ["ConversionReport", "build_report", "format_bytes"]

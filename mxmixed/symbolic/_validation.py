@@ -16,7 +16,7 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, FLOAT32
+from .._core.dtypes import FLOAT16, FLOAT32
 from ._detections import OutputCheck, compare_outputs
 from ._graph import default_ctx, is_cpu, symbol_block
 
