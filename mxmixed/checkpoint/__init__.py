@@ -84,7 +84,6 @@ trainer, whose settings and position are then restored.
 """
 import json
 import os
-import pickle
 import warnings
 import zipfile
 from typing import Any, Optional, Union
@@ -99,6 +98,7 @@ from ._format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_V
                            check_scaler_state, corrupt, extra_bytes, load_arrays,
                            named_params, net_mismatches, parse_manifest, read_extra,
                            read_manifest, read_members)
+from ._legacy import unpickle
 from ._trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
                             set_trainer_json, set_trainer_states, trainer_params)
 from .._version import __version__
@@ -352,10 +352,7 @@ def load(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
     if manifest["has_extra"] and manifest["format_version"] != PICKLED_VERSION:
         extra = read_extra(path, members)
     elif manifest["has_extra"]:  # format 1, trusted=True
-        try:
-            extra = pickle.loads(members[EXTRA])
-        except Exception as err:  # a damaged pickle raises almost anything
-            raise corrupt(path, "unreadable extra: %s: %s" % (type(err).__name__, err)) from None
+        extra = unpickle(path, members[EXTRA], "extra")
 
     # 2. apply it
     for name, param in named.items():

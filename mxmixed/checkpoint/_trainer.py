@@ -5,7 +5,6 @@ and restores them onto the trainer's own optimizer object. Format 1 stored
 ``Trainer.save_states``'s pickle, which is read only with ``trusted=True``.
 """
 import copy
-import pickle
 
 import mxnet as mx
 from mxnet import gluon
@@ -13,6 +12,7 @@ from mxnet import gluon
 from .._core.dtypes import numpy_name
 from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
                            corrupt, describe, json_member, nd_member, shape_fits)
+from ._legacy import repickle, unpickle
 from ._plain import _Object, decode_plain, encode_plain, quoted
 
 
@@ -79,16 +79,12 @@ def check_trainer_states(path, members, manifest, trainer, named):
     if manifest["format_version"] != PICKLED_VERSION:
         return read_trainer_json(path, members, trainer, order)
     data = members[TRAINER]  # format 1, read with trusted=True only: Trainer.save_states's pickle
-    try:
-        states = pickle.loads(data)
-    except Exception as err:  # a damaged pickle raises almost anything
-        raise corrupt(path, "unreadable trainer states: %s: %s"
-                       % (type(err).__name__, err)) from None
+    states = unpickle(path, data, "trainer states")
     if not (isinstance(states, tuple) and len(states) == 2 and isinstance(states[0], dict)
             and isinstance(states[1], mx.optimizer.Optimizer)):
         raise corrupt(path, "the trainer states are not (states, optimizer)")
     if order != list(range(len(order))):
-        data = pickle.dumps(_reindex(states, order))
+        data = repickle(_reindex(states, order))
     return data
 
 

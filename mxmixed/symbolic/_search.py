@@ -15,6 +15,7 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.graph import graph_json
+from .._core.progress import bar
 from ._conversion import ConvertedModel, convert
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._graph import default_ctx, inference_graph
@@ -230,9 +231,7 @@ class _Evaluator:
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(desc="search: evaluations", leave=False)
+            self.bar = bar(desc="search: evaluations", leave=False)
 
     def convert_with(self, layers):
         key = tuple(sorted(layers))
