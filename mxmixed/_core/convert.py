@@ -168,10 +168,10 @@ class _Settler:
                     self.widened.append(node["name"])
             outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None:
-            dtypes = sorted({dtypes.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
-                             for e in entries})
+            names = sorted({dtypes.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
+                            for e in entries})
             raise ConversionError("cannot give node %r (%s) inputs of one dtype (it gets %s)"
-                                  % (node["name"], node["op"], ", ".join(dtypes)))
+                                  % (node["name"], node["op"], ", ".join(names)))
         return entries, outs
 
 

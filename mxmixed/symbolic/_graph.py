@@ -9,11 +9,10 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
-from .._core import dtypes
 from .._core import graph as graphs
 from ..emulation import emulate_symbol
 from .._core.convert import ConversionError
-from .._core.dtypes import FLOAT16
+from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import BATCHNORM_OPS, LOSS_OUTPUT_OPS, graph_json, var_dtype
 
@@ -36,13 +35,13 @@ def compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
     for src, out, _ in node["inputs"]:
         dtype = dtypes.get((src, out))
-        if dtypes.is_floating(dtype):
+        if is_floating(dtype):
             return dtype
     return None
 
 
 def is_fp32_listed(node, target):
-    key = dtypes.amp_list_key(target)
+    key = amp_list_key(target)
     if node["op"] in amp.list_fp32_ops(key):
         return True
     for op, attr, values in amp.list_conditional_fp32_ops(key):
@@ -164,7 +163,7 @@ def is_cpu(ctx):
 
 def _is_bfloat16_graph(graph, types):
     """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
-    return (any(t == dtypes.BFLOAT16 for t in types.values())
+    return (any(t == BFLOAT16 for t in types.values())
             or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
                    for n in graph["nodes"]))
 
