@@ -26,6 +26,7 @@ _HOMES = {
     "master_weights": "optim", "multi_precision_trainer": "optim",
     "LossScaleError": "scaler", "LossScaler": "scaler",
     "ConversionError": "symbolic", "ConversionReport": "symbolic", "ConvertedModel": "symbolic",
+    "ConvertOptions": "symbolic",
     "SearchResult": "symbolic", "ValidationReport": "symbolic", "convert": "symbolic",
     "convert_hybrid_block": "symbolic", "float16_softmax_symbol": "symbolic",
     "load_bfloat16": "symbolic", "load_float16": "symbolic", "multi_precision_optimizer": "symbolic",

@@ -32,6 +32,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.optimizer import Optimizer
 
+from ._core.dtypes import FLOAT16, FLOAT32
 from ._core.kvstore import kvstore_name
 
 __all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weights"]
@@ -39,8 +40,6 @@ __all__ = ["MULTI_PRECISION_OPTIMIZERS", "multi_precision_trainer", "master_weig
 # what a Trainer takes as its parameters
 _Params = Union[gluon.ParameterDict, Dict[str, gluon.Parameter], Sequence[gluon.Parameter]]
 
-_FLOAT16 = np.dtype(np.float16)
-_FLOAT32 = np.dtype(np.float32)
 
 #: The MXNet 1.9.1 optimizers that keep float32 master weights with ``multi_precision=True``.
 #: SGD, NAG and LARS create the master copy themselves (``state[1]``) and update it with fused
@@ -211,7 +210,7 @@ def multi_precision_trainer(params: _Params, optimizer: Union[str, Optimizer] = 
     if "async" in kv_name:
         raise ValueError("kvstore %r updates on the server; multi-precision with loss scaling "
                          "needs local updates (a synchronous kvstore such as 'device')" % kv_name)
-    if not any(np.dtype(p.dtype) == _FLOAT16 for p in items):
+    if not any(np.dtype(p.dtype) == FLOAT16 for p in items):
         warnings.warn("no parameter is float16, so there are no master weights to keep: under "
                       "AMP the parameters stay float32 and multi_precision changes nothing; it "
                       "is for networks cast with net.cast('float16')", stacklevel=2)
@@ -286,14 +285,14 @@ def master_weights(trainer: gluon.Trainer) -> "OrderedDict[str, mx.nd.NDArray]":
     position = _master_position(optimizer)
     masters = OrderedDict()
     for index, param in enumerate(trainer._params):
-        if np.dtype(param.dtype) != _FLOAT16 or param.grad_req == "null":
+        if np.dtype(param.dtype) != FLOAT16 or param.grad_req == "null":
             continue
         if index not in states:
             raise RuntimeError("the Trainer has no state for '%s' yet: MXNet creates the master "
                                "weights at the first trainer.step()" % param.name)
         state = states[index]
         master = state[position] if isinstance(state, (tuple, list)) else None
-        if not isinstance(master, mx.nd.NDArray) or master.dtype != _FLOAT32 \
+        if not isinstance(master, mx.nd.NDArray) or master.dtype != FLOAT32 \
                 or master.shape != param.shape:
             raise RuntimeError("the state of '%s' holds no float32 master copy where %s keeps "
                                "it" % (param.name, type(optimizer).__name__))

@@ -10,7 +10,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from mxmixed import cli, symbolic
-from mxmixed._core.graph import BFLOAT16
+from mxmixed._core.dtypes import BFLOAT16
 from mxmixed._core.state import bfloat16_support
 
 RUNS, WHY = bfloat16_support()

@@ -8,7 +8,7 @@ import pytest
 import mxnet as mx
 
 from mxmixed import diagnostics
-from mxmixed._core.graph import last_line
+from mxmixed._core.errors import one_line
 
 SIZE = 256
 DETECTORS = [
@@ -93,7 +93,7 @@ def test_mxnet_error_line_names_the_operator_and_stays_short():
     x = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc_named")
     with pytest.raises(mx.base.MXNetError) as caught:
         x.infer_type(data=np.float16, fc_named_weight=np.float32)
-    text = last_line(caught.value)
+    text = one_line(caught.value)
     assert "fc_named" in text and "\n" not in text
     assert "Stack trace" not in text and len(text) <= 400
 

@@ -1,4 +1,4 @@
-"""The code passes the linter configured in pyproject.toml (ruff: pyflakes, pycodestyle)."""
+"""The code passes the linter configured in pyproject.toml (ruff: pyflakes, pycodestyle, banned imports)."""
 import os
 import subprocess
 import sys
@@ -16,3 +16,16 @@ def test_ruff_finds_nothing():
                            "examples", "docs/conf.py"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("line", ["import tqdm", "from tqdm.auto import tqdm", "import pickle"])
+def test_ruff_refuses_a_banned_import_outside_its_home(line):
+    """tqdm has one home (mxmixed/_core/progress.py) and pickle one (the format 1 loader,
+    mxmixed/checkpoint/_legacy.py): ruff's banned-api rule (TID251) refuses them elsewhere."""
+    exe = os.path.join(os.path.dirname(sys.executable), "ruff")
+    if not os.path.exists(exe):
+        pytest.skip("ruff is not installed (pip install -c constraints.txt -e .[test])")
+    proc = subprocess.run([exe, "check", "--no-cache", "--stdin-filename",
+                           os.path.join("mxmixed", "symbolic", "_stray.py"), "-"],
+                          input=line + "\n", cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "TID251" in proc.stdout, proc.stdout + proc.stderr

@@ -29,8 +29,11 @@ import numpy as np
 import mxnet as mx
 from mxnet.contrib import amp
 
+from . import dtypes
+from . import errors
 from . import graph as graphs
-from .graph import FLOAT16, FLOAT32, Graph, as_graph
+from .dtypes import FLOAT16, FLOAT32
+from .graph import Graph, as_graph
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after"]
@@ -141,7 +144,7 @@ class _Settler:
         return new_id
 
     def cast(self, entry, dtype):
-        key = (entry, graphs.dtype_name(dtype))
+        key = (entry, dtypes.dtype_name(dtype))
         if key not in self.casts:
             name = "%s_settle_%s" % (self.nodes[entry[0]]["name"], key[1])
             self.casts[key] = (self.add(graphs.cast_node(name, dtype, entry), [dtype]), 0)
@@ -154,10 +157,10 @@ class _Settler:
                        for e in entries]
         outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None and node["name"] not in forced:
-            floats = {graphs.dtype_name(self.types[e]) for e in entries
-                      if graphs.is_floating(self.types.get(e))}
+            floats = {dtypes.dtype_name(self.types[e]) for e in entries
+                      if dtypes.is_floating(self.types.get(e))}
             if node["op"] in self.lp16:
-                entries = [self.cast(e, self.low) if graphs.is_floating(self.types.get(e))
+                entries = [self.cast(e, self.low) if dtypes.is_floating(self.types.get(e))
                            and self.types.get(e) != self.low else e for e in entries]
             else:
                 entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
@@ -166,10 +169,10 @@ class _Settler:
                     self.widened.append(node["name"])
             outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None:
-            dtypes = sorted({graphs.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
-                             for e in entries})
+            names = sorted({dtypes.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
+                            for e in entries})
             raise ConversionError("cannot give node %r (%s) inputs of one dtype (it gets %s)"
-                                  % (node["name"], node["op"], ", ".join(dtypes)))
+                                  % (node["name"], node["op"], ", ".join(names)))
         return entries, outs
 
 
@@ -201,8 +204,8 @@ def settle(graph, forced, param_types, data_types, target="float16"):
     nodes = graph.nodes
     n_out = _output_counts(graph)
     fp32_params = _fp32_params(nodes, forced, param_types)
-    low = graphs.BFLOAT16 if target == "bfloat16" else FLOAT16
-    walk = _Settler(graph, set(amp.list_lp16_ops(graphs.amp_list_key(target))), low)
+    low = dtypes.BFLOAT16 if target == "bfloat16" else FLOAT16
+    walk = _Settler(graph, set(amp.list_lp16_ops(dtypes.amp_list_key(target))), low)
     for i, node in enumerate(nodes):
         node = dict(node)
         if node["op"] == "null":
@@ -298,13 +301,13 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
         _types_check(new_sym, known)
         return AmpGraph(new_sym, new_args, new_auxs)
     except (AssertionError, ValueError, mx.base.MXNetError, graphs.GraphTypeError) as err:
-        first = err.reason if isinstance(err, graphs.GraphTypeError) else graphs.last_line(err)
+        first = err.reason if isinstance(err, graphs.GraphTypeError) else errors.one_line(err)
     try:
         new_sym, new_args, new_auxs = _amp_pass(sym, target, [], data_names, params,
                                                 cast_optional_params, op_lists)
     except (AssertionError, ValueError, mx.base.MXNetError) as err:
         raise ConversionError("MXNet cannot convert this graph: %s"
-                              % graphs.last_line(err)) from None
+                              % errors.one_line(err)) from None
     graph = Graph(new_sym)
     if params is None:
         param_types = float32_params

@@ -10,11 +10,13 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
+from .dtypes import FLOAT16, FLOAT32
+
 __all__ = ["all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
-           "param_grads", "nonfinite_gradients", "NonfiniteGradients"]
+           "param_grads", "nonfinite_gradients", "NonfiniteGradients", "sums_of_squares"]
 
 _CHUNK = 200  # arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does
-_SUMMED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_SUMMED = (FLOAT16, FLOAT32, np.dtype(np.float64))
 
 
 def param_grads(params, first_copy_only=False):
@@ -71,7 +73,7 @@ def _grouped(arrays, cast=False):
     groups = {}
     for array in arrays:  # multi_all_finite and multi_sum_sq need one dtype and device
         dtype = np.dtype(array.dtype)
-        key = (np.dtype(np.float32) if cast and dtype == np.float16 else dtype, array.context)
+        key = (FLOAT32 if cast and dtype == np.float16 else dtype, array.context)
         groups.setdefault(key, []).append(array)
     return groups
 
@@ -121,12 +123,31 @@ def nonfinite_sums(arrays, uniform=False):
                       for group in _grouped(arrays, cast=True).values()]
         for group, halves in groups:
             summed = [g.astype("float32") if h else g for g, h in zip(group, halves)]
-            for start in range(0, len(group), _CHUNK):
-                chunk = summed[start:start + _CHUNK]
-                sums.append(mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)))
-                order += group[start:start + _CHUNK]
+            sums += sums_of_squares(summed)
+            order += group
         finite = np.isfinite(np.concatenate([s.asnumpy() for s in sums]))  # one wait
     return [array for array, ok in zip(order, finite) if not ok]
+
+
+def sums_of_squares(arrays):
+    """The sum of the squares of each array, in its dtype: ``multi_sum_sq`` on chunks of arrays.
+
+    The one chunked sum of squares (the overflow check's and ``clip_global_norm``'s). It does
+    not wait for MXNet.
+
+    Parameters
+    ----------
+    arrays : list of mxnet.nd.NDArray
+        One dtype, one context (``multi_sum_sq`` needs both).
+
+    Returns
+    -------
+    list of mxnet.nd.NDArray
+        One 1-d array per chunk of at most 200 arrays, one sum per array, in their order.
+    """
+    return [mx.nd.multi_sum_sq(*arrays[start:start + _CHUNK],
+                               num_arrays=len(arrays[start:start + _CHUNK]))
+            for start in range(0, len(arrays), _CHUNK)]
 
 
 def each_finite(arrays):

@@ -15,43 +15,22 @@ reads the dict's keys. An *entry* is a ``(node, output)`` pair.
 import contextlib
 import io
 import json
-import re
 
 import numpy as np
 
 import mxnet as mx
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
+from .dtypes import BFLOAT16, FLOAT32, dtype_name
+from .errors import one_line
+
 __all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json", "load_graph",
            "Rebuild",
            "inline_nodes",
            "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
-           "cast_node", "pin_variable_dtypes", "last_line", "dtype_name", "is_floating", "amp_list_key",
-           "FLOAT16", "FLOAT32", "BFLOAT16", "CAST_OPS",
+           "cast_node", "pin_variable_dtypes", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
-
-FLOAT16 = np.dtype(np.float16)
-FLOAT32 = np.dtype(np.float32)
-# MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16')
-BFLOAT16 = np.dtype(_DTYPE_MX_TO_NP[12])
-
-
-def dtype_name(dtype):
-    """The name of a dtype as MXNet spells it ('float16', 'bfloat16', ...)."""
-    dtype = np.dtype(dtype)
-    return "bfloat16" if dtype == BFLOAT16 else dtype.name
-
-
-def amp_list_key(target):
-    """What MXNet's ``amp.list_*_ops`` accept for ``target``: the bfloat16 dtype, not its name."""
-    return BFLOAT16 if target == "bfloat16" else target
-
-
-def is_floating(dtype):
-    """Whether ``dtype`` is a floating type, bfloat16 included (None: False)."""
-    return dtype is not None and (np.dtype(dtype) == BFLOAT16
-                                  or np.issubdtype(np.dtype(dtype), np.floating))
 
 # ---------------------------------------------------------------- op-name lists
 # The casts that MXNet's AMP pass inserts.
@@ -111,35 +90,8 @@ class GraphShapeError(ValueError):
     """
 
     def __init__(self, error):
-        super().__init__(last_line(error))
+        super().__init__(one_line(error))
         self.error = error
-
-
-def last_line(err, limit=400):
-    """MXNet's reason for an error, in one line: the failed check, and the operator it names.
-
-    The C++ location and traceback are left out, and the text is cut at ``limit`` characters.
-
-    Parameters
-    ----------
-    err : Exception
-    limit : int, default 400
-
-    Returns
-    -------
-    str
-    """
-    text = str(err).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[-1] if lines else type(err).__name__
-    for marker in ("Check failed: ", "MXNetError: "):
-        if marker in line:
-            line = line.split(marker, 1)[1]
-    line = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", line)
-    operator = re.search(r"Error in operator ([^:\s]+)", text)
-    if operator and operator.group(1) not in line:
-        line = "in operator %s: %s" % (operator.group(1), line)
-    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 class Graph:
@@ -440,7 +392,7 @@ def infer_types(sym, known):
         arg_types, out_types, aux_types = sym.infer_type_partial(
             **{n: t for n, t in known.items() if n in names})
     except mx.base.MXNetError as err:
-        raise GraphTypeError(last_line(err)) from None
+        raise GraphTypeError(one_line(err)) from None
     return ({n: _np(t) for n, t in zip(sym.list_arguments(), arg_types)},
             [_np(t) for t in out_types],
             {n: _np(t) for n, t in zip(sym.list_auxiliary_states(), aux_types)})

@@ -9,7 +9,7 @@ import sys
 
 from .env import switch
 
-__all__ = ["progress", "bars_wanted"]
+__all__ = ["progress", "bars_wanted", "bar"]
 
 ENV = "MXMIXED_PROGRESS"
 
@@ -69,8 +69,28 @@ def progress(iterable=None, enabled=True, widget=True, **kwargs):
     tqdm.tqdm
         A disabled bar still iterates and accepts ``update`` and ``close``.
     """
+    return bar(iterable, widget=widget, disable=not bars_wanted(enabled), **kwargs)
+
+
+def bar(iterable=None, widget=True, **kwargs):
+    """A tqdm bar, drawn as the caller says: for callers that decided already (``progress=True``).
+
+    The one place mxmixed imports tqdm (``ruff``'s banned-api rule keeps it so).
+
+    Parameters
+    ----------
+    iterable : iterable, optional
+    widget : bool, default True
+        ``tqdm.auto`` (a widget in notebooks) or, with False, a text bar.
+    **kwargs
+        Passed to ``tqdm`` (``desc``, ``total``, ``leave``, ``disable`` ...).
+
+    Returns
+    -------
+    tqdm.tqdm
+    """
     if widget:
         from tqdm.auto import tqdm
     else:
         from tqdm import tqdm
-    return tqdm(iterable, disable=not bars_wanted(enabled), **kwargs)
+    return tqdm(iterable, **kwargs)

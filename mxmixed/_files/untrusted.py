@@ -19,6 +19,8 @@ import numpy as np
 
 import mxnet as mx
 
+from .._core.errors import one_line
+
 __all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "json_object_pairs",
            "MAX_GRAPH_BYTES", "MAX_GRAPH_NODES", "MAX_COUNT_ATTR", "DENIED_OPS", "graph_outputs_limit",
            "check_graph", "check_nd_bytes", "nd_bytes"]
@@ -282,10 +284,9 @@ class _GraphWalk:
             self.known[op, kept] = _op_outputs(op, kept)
             return self.known[op, kept]
         except mx.base.MXNetError as err:
-            lines = [line for line in str(err).splitlines() if line.strip()]
-            reason = lines[-1].strip() if lines else ""  # it may quote a value from the file
+            # MXNet's reason may quote a value from the file: cut short
             raise self.bad("%s: MXNet refuses its attributes: %s"
-                           % (where, reason if len(reason) <= 200 else reason[:200] + "...")) from None
+                           % (where, one_line(err, limit=203))) from None
 
     def graph(self, graph, where=""):
         """Check one graph (``where`` names a subgraph in messages)."""

@@ -84,19 +84,21 @@ trainer, whose settings and position are then restored.
 """
 import json
 import os
-import pickle
 import warnings
 import zipfile
 from typing import Any, Optional, Union
 
 import mxnet as mx
 
+from .._core.dtypes import numpy_name
+from .._core.errors import one_line
 from .._files import atomic, untrusted
 from ._format import (EXTRA, FORMAT, FORMAT_VERSION, MANIFEST, PARAMS, PICKLED_VERSION,
                            SCALER, TRAINER_JSON, TRAINER_ND, CheckpointError, check_scaler,
-                           check_scaler_state, corrupt, dtype_name, extra_bytes, load_arrays,
+                           check_scaler_state, corrupt, extra_bytes, load_arrays,
                            named_params, net_mismatches, parse_manifest, read_extra,
                            read_manifest, read_members)
+from ._legacy import unpickle
 from ._trainer import (TrainerData, check_trainer, check_trainer_states, optimizer_json,
                             set_trainer_json, set_trainer_states, trainer_params)
 from .._version import __version__
@@ -123,8 +125,8 @@ def _params_bytes(named):
         except (RuntimeError, mx.base.MXNetError) as err:
             raise ValueError("parameter '%s' has no data to save (%s); initialize the net and, "
                              "for deferred shapes, run one forward pass first"
-                             % (name, str(err).splitlines()[0])) from None
-    rows = [{"name": n, "shape": list(a.shape), "dtype": dtype_name(a.dtype)}
+                             % (name, one_line(err))) from None
+    rows = [{"name": n, "shape": list(a.shape), "dtype": numpy_name(a.dtype)}
             for n, a in arrays.items()]
     return untrusted.nd_bytes(arrays), rows
 
@@ -350,10 +352,7 @@ def load(path: Union[str, "os.PathLike[str]"], net: mx.gluon.Block,
     if manifest["has_extra"] and manifest["format_version"] != PICKLED_VERSION:
         extra = read_extra(path, members)
     elif manifest["has_extra"]:  # format 1, trusted=True
-        try:
-            extra = pickle.loads(members[EXTRA])
-        except Exception as err:  # a damaged pickle raises almost anything
-            raise corrupt(path, "unreadable extra: %s: %s" % (type(err).__name__, err)) from None
+        extra = unpickle(path, members[EXTRA], "extra")
 
     # 2. apply it
     for name, param in named.items():

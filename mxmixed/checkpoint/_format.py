@@ -10,11 +10,12 @@ import re
 import zipfile
 from typing import Any, Dict, Union
 
-import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
 
+from .._core.dtypes import numpy_name
+from .._core.errors import one_line
 from .._files import untrusted
 from ._plain import decode_plain, encode_plain
 from .._version import __version__
@@ -55,10 +56,6 @@ def named_params(net):
     if not isinstance(net, gluon.Block):
         raise TypeError("net must be a gluon Block, got %s" % type(net).__name__)
     return net._collect_params_with_prefix()
-
-
-def dtype_name(dtype):
-    return np.dtype(dtype).name
 
 
 def describe(shape, dtype):
@@ -201,18 +198,12 @@ def nd_member(path, members, name):
     except UnicodeDecodeError:  # MXNet reads names as raw bytes; Python decodes them as UTF-8
         raise corrupt(path, "unreadable %s: an array name is not UTF-8" % name) from None
     except Exception as err:  # MXNetError, or a bare Exception ("unknown storage type: -1")
-        raise corrupt(path, "unreadable %s: %s" % (name, _mx_line(err))) from None
+        raise corrupt(path, "unreadable %s: %s" % (name, one_line(err))) from None
     if isinstance(arrays, list) and not arrays:
         return {}
     if not isinstance(arrays, dict):
         raise corrupt(path, "the arrays of %s are not named" % name)
     return arrays
-
-
-def _mx_line(err):
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()
-             and not line.startswith(("Traceback", "File "))]
-    return lines[-1] if lines else type(err).__name__
 
 
 def _rows_ok(rows, names_optional=False):
@@ -297,7 +288,7 @@ def load_arrays(path, members, manifest):
         raise corrupt(path, "the manifest and the parameters name different arrays")
     for name, array in arrays.items():
         row = listed[name]
-        if tuple(row["shape"]) != array.shape or row["dtype"] != dtype_name(array.dtype):
+        if tuple(row["shape"]) != array.shape or row["dtype"] != numpy_name(array.dtype):
             raise corrupt(path, "parameter '%s' differs from the manifest" % name)
     return arrays
 
@@ -314,7 +305,7 @@ def net_mismatches(named, manifest):
         shape = tuple(row["shape"])
         dtype = row["dtype"]
         own_shape = tuple(param.shape) if param.shape is not None else None
-        own_dtype = dtype_name(param.dtype)
+        own_dtype = numpy_name(param.dtype)
         if not shape_fits(own_shape, shape) or own_dtype != dtype:
             problems.append("parameter '%s': the net expects %s, the checkpoint holds %s"
                             % (name, describe(own_shape if own_shape is not None else (),

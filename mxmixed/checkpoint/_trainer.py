@@ -5,13 +5,14 @@ and restores them onto the trainer's own optimizer object. Format 1 stored
 ``Trainer.save_states``'s pickle, which is read only with ``trusted=True``.
 """
 import copy
-import pickle
 
 import mxnet as mx
 from mxnet import gluon
 
+from .._core.dtypes import numpy_name
 from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
-                           corrupt, describe, dtype_name, json_member, nd_member, shape_fits)
+                           corrupt, describe, json_member, nd_member, shape_fits)
+from ._legacy import repickle, unpickle
 from ._plain import _Object, decode_plain, encode_plain, quoted
 
 
@@ -24,7 +25,7 @@ def trainer_params(trainer, named):
     for param in trainer._params:
         name = by_id.get(id(param))
         rows.append({"name": name, "shape": list(param.shape or ()),
-                     "dtype": dtype_name(param.dtype)})
+                     "dtype": numpy_name(param.dtype)})
     return rows
 
 
@@ -78,16 +79,12 @@ def check_trainer_states(path, members, manifest, trainer, named):
     if manifest["format_version"] != PICKLED_VERSION:
         return read_trainer_json(path, members, trainer, order)
     data = members[TRAINER]  # format 1, read with trusted=True only: Trainer.save_states's pickle
-    try:
-        states = pickle.loads(data)
-    except Exception as err:  # a damaged pickle raises almost anything
-        raise corrupt(path, "unreadable trainer states: %s: %s"
-                       % (type(err).__name__, err)) from None
+    states = unpickle(path, data, "trainer states")
     if not (isinstance(states, tuple) and len(states) == 2 and isinstance(states[0], dict)
             and isinstance(states[1], mx.optimizer.Optimizer)):
         raise corrupt(path, "the trainer states are not (states, optimizer)")
     if order != list(range(len(order))):
-        data = pickle.dumps(_reindex(states, order))
+        data = repickle(_reindex(states, order))
     return data
 
 
@@ -348,8 +345,8 @@ def _state_problem(state, template, own_shape):
             return "%s where the optimizer keeps an array" % quoted(state)
         if not shape_fits(own_shape, tuple(state.shape)) or state.dtype != template.dtype:
             return "an array of %s where the optimizer keeps one of %s" % (
-                describe(state.shape, dtype_name(state.dtype)),
-                describe(own_shape or (), dtype_name(template.dtype)))
+                describe(state.shape, numpy_name(state.dtype)),
+                describe(own_shape or (), numpy_name(template.dtype)))
         return None
     if isinstance(template, (tuple, list)):
         if not (isinstance(state, (tuple, list)) and len(state) == len(template)):

@@ -8,6 +8,7 @@ import math
 import os
 import tempfile
 
+from .._core.errors import one_line
 from .._files.atomic import check_writable, name_too_long, special_file
 
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
@@ -153,10 +154,8 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
         _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
         _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
     except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         raise CLIError("samples of shape %s at batch size %d do not fit the graph: %s"
-                       % (",".join(map(str, sample_shape)), batch,
-                          lines[-1] if lines else type(err).__name__)) from None
+                       % (",".join(map(str, sample_shape)), batch, one_line(err))) from None
     activations = sum(_size(s) for s in inner or ())
     kept = count * sum(_size(s) for s in outputs or ())
     return 4 * (count * _size(sample_shape) + 2 * (activations + kept))

@@ -17,7 +17,8 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
-from .._core.graph import LOSS_OUTPUT_OPS, graph_json, last_line, load_graph
+from .._core.errors import one_line
+from .._core.graph import LOSS_OUTPUT_OPS, graph_json, load_graph
 from ._tracing import infer_shapes
 
 
@@ -106,7 +107,7 @@ class Run:
         except (mx.base.MXNetError, TypeError) as err:
             raise ValueError("the graph cannot run with these inputs (%s): %s"
                              % ({n: tuple(v.shape) for n, v in args.items()
-                                 if n not in params}, last_line(err))) from None
+                                 if n not in params}, one_line(err))) from None
         self.phase = None
         self._watch = None
         self._error = None
@@ -131,7 +132,7 @@ class Run:
             outs = self.exe.forward(is_train=True)
             mx.nd.waitall()
         except mx.base.MXNetError as err:
-            raise ValueError("the forward pass failed: %s" % last_line(err)) from None
+            raise ValueError("the forward pass failed: %s" % one_line(err)) from None
         self._raise()
         return outs
 
@@ -145,7 +146,7 @@ class Run:
             self.exe.backward(out_grads=out_grads)
             mx.nd.waitall()
         except mx.base.MXNetError as err:
-            raise ValueError("the backward pass failed: %s" % last_line(err)) from None
+            raise ValueError("the backward pass failed: %s" % one_line(err)) from None
         self._raise()
 
     def _raise(self):

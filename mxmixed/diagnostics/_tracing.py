@@ -12,10 +12,11 @@ import mxnet as mx
 from mxnet import gluon
 
 from .. import emulation
-from .._core.graph import Graph, GraphShapeError, GraphTypeError, infer_types, last_line
+from .._core.dtypes import FLOAT16
+from .._core.errors import one_line
+from .._core.graph import Graph, GraphShapeError, GraphTypeError, infer_types
 from .._core.graph import infer_shapes as infer_graph_shapes
 
-_FLOAT16 = np.dtype(np.float16)
 DATA = "data"
 LABEL = "label"
 
@@ -98,7 +99,7 @@ def check_initialized(net, X=None):
                 net(X)
         except mx.base.MXNetError as err:
             raise ValueError("the batch does not fit the net (input shape %s): %s"
-                             % (tuple(X.shape), last_line(err))) from None
+                             % (tuple(X.shape), one_line(err))) from None
     return params
 
 
@@ -130,7 +131,7 @@ def trace(net, loss_fn=None, with_label=False):
     try:
         out = net(data)
     except mx.base.MXNetError as err:
-        raise ValueError("the net could not be traced to a graph: %s" % last_line(err)) from None
+        raise ValueError("the net could not be traced to a graph: %s" % one_line(err)) from None
     if isinstance(out, (list, tuple)):
         if loss_fn is not None:
             raise ValueError("the net returns %d outputs; a loss_fn needs exactly one" % len(out))
@@ -159,7 +160,7 @@ def has_float16(sym, arg_dtypes=None):
             return True
         if node["op"] == "amp_multicast":
             return True
-    return any(np.dtype(t) == _FLOAT16 for t in (arg_dtypes or {}).values())
+    return any(np.dtype(t) == FLOAT16 for t in (arg_dtypes or {}).values())
 
 
 def infer_shapes(sym, shapes, partial=False):
@@ -174,7 +175,7 @@ def infer_shapes(sym, shapes, partial=False):
         found = infer_graph_shapes(sym, shapes, partial=partial)
     except GraphShapeError as err:
         raise ValueError("the input shape %s does not fit the graph: %s"
-                         % (_fmt_shapes(shapes), last_line(err.error))) from None
+                         % (_fmt_shapes(shapes), one_line(err.error))) from None
     if found is None:
         raise ValueError("the input shape %s is not enough to infer the graph's shapes; give "
                          "the shapes of all its inputs %s"

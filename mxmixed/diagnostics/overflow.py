@@ -25,6 +25,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 
 from .._core.convert import amp_forced, convert_graph
+from .._core.dtypes import FLOAT16
 from .._core.state import amp_initialized
 from ..emulation._names import is_emulation_name, user_name, user_tensor_name
 from ..training import amp_scope
@@ -35,8 +36,6 @@ from ._tracing import (DATA, LABEL, Batch, as_ndarray, block_paths, check_block,
 from ._overflow_report import OverflowReport, input_suggestions, suggestions
 
 __all__ = ["find_overflow", "find_overflow_symbol", "OverflowReport", "keep_in_float32"]
-
-_FLOAT16 = np.dtype(np.float16)
 
 
 def keep_in_float32(ops: Sequence[str], target_dtype: str = "float16") -> Dict[str, List[Any]]:
@@ -212,7 +211,7 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
     emulated = any(is_emulation_name(n, name) for n in by_name)
     return {"layer": _label(name, paths), "node": name, "op": nodes[target]["op"],
             "gradient_of": gradient_of, "cast_from": cast_from,
-            "float16": emulated or np.dtype(dtype) == _FLOAT16}
+            "float16": emulated or np.dtype(dtype) == FLOAT16}
 
 
 # ---------------------------------------------------------------- Gluon
@@ -290,7 +289,7 @@ def find_overflow(net: gluon.HybridBlock, batch: Batch, loss_fn: Optional[gluon.
     ctx = ctx or X.context
     if y is not None and loss_fn is None:
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    cast_net = any(np.dtype(p.dtype) == _FLOAT16 for p in params.values())
+    cast_net = any(np.dtype(p.dtype) == FLOAT16 for p in params.values())
     sym = trace(net, loss_fn, with_label=y is not None)
     if cast_net:
         mode = "float16"
@@ -383,7 +382,7 @@ def find_overflow_symbol(sym: mx.sym.Symbol, inputs: Dict[str, mx.nd.NDArray],
     ctx = ctx or next(iter(inputs.values())).context
     dtypes = {n: v.dtype for n, v in arg_params.items()}
     if precision == "as_is" or has_float16(sym, dtypes):
-        mode = "float16" if any(np.dtype(t) == _FLOAT16 for t in dtypes.values()) else (
+        mode = "float16" if any(np.dtype(t) == FLOAT16 for t in dtypes.values()) else (
             "amp" if has_float16(sym) else "float32")
         if excluded_sym_names or fp32_ops:
             raise ValueError("excluded_sym_names and fp32_ops apply only when AMP is applied "

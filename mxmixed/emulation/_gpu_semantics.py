@@ -14,11 +14,11 @@ the GPU (on CPU contexts, while it is on).
   fewer) multiplies in float32. The emulation does the same.
 """
 
-import numpy as np
 
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
+from .._core.dtypes import FLOAT16
 from .._core.graph import inline_nodes
 from .._core.state import EMULATION
 from ._names import emu_name
@@ -27,7 +27,6 @@ __all__ = ["roi_align_as_on_gpu", "follow_gpu_in_graph", "csr_dot_as_on_gpu", "i
 
 ROI_ALIGN = "_contrib_ROIAlign"
 _GPU_SUFFIX = emu_name("", "gpu")
-_FLOAT16 = np.dtype(np.float16)
 
 
 def roi_align_as_on_gpu(F, roi_align, data, rois, **attrs):
@@ -105,7 +104,7 @@ def follow_gpu_in_graph(graph):
 def is_float16_csr(lhs, rhs, transpose_a=False, transpose_b=False):
     """Whether ``dot(lhs, rhs)`` is the float16 CSR x dense product the CPU refuses."""
     return (isinstance(lhs, NDArray) and isinstance(rhs, NDArray) and lhs.stype == "csr"
-            and rhs.stype == "default" and lhs.dtype == _FLOAT16 and rhs.dtype == _FLOAT16
+            and rhs.stype == "default" and lhs.dtype == FLOAT16 and rhs.dtype == FLOAT16
             and lhs.context.device_type == "cpu" and not transpose_a and not transpose_b)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 import mxnet as mx
 import numpy as np
 
+from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.graph import Graph, GraphTypeError, cast_node, pin_variable_dtypes
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
@@ -28,8 +29,6 @@ from ._names import emu_name, is_input_cast, is_output_cast
 from ._ops import BIAS_TWICE, EMULATED_OPS
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
-
-_FLOAT16 = np.dtype(np.float16)
 
 
 _PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var")
@@ -41,7 +40,7 @@ def _float16_net_hint(types):
     dtypes = {name: np.dtype(dtype) for name, dtype in types.items()}
     data = sorted(n for n, d in dtypes.items() if d == np.float32
                   and not n.endswith(_PARAM_SUFFIXES))
-    if not data or not any(d == _FLOAT16 and n.endswith(_PARAM_SUFFIXES)
+    if not data or not any(d == FLOAT16 and n.endswith(_PARAM_SUFFIXES)
                            for n, d in dtypes.items()):
         return ""
     return ("; the net is float16 but its input %s is float32: pass X.astype('float16')"
@@ -167,18 +166,18 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
     for i in targets:
         if nodes[i]["op"] == "amp_multicast":
             ins = [types[(src, out)] for src, out, _ in nodes[i]["inputs"]]
-            if _FLOAT16 in ins:
+            if FLOAT16 in ins:
                 multicast[i] = {out: (ins[out], types[(i, out)])
                                 for (src, out) in entries if src == i}
             continue
         spec = EMULATED_OPS[nodes[i]["op"]]
         cast_in = [k for k, (src, out, _) in enumerate(nodes[i]["inputs"])
-                   if k not in spec.keep_inputs and types[(src, out)] == _FLOAT16]
+                   if k not in spec.keep_inputs and types[(src, out)] == FLOAT16]
         if cast_in:
             cast_out = [out for (src, out) in entries
-                        if src == i and types[(src, out)] == _FLOAT16]
+                        if src == i and types[(src, out)] == FLOAT16]
             bias = bias_of(nodes[i]["op"], nodes[i].get("attrs", {}), len(nodes[i]["inputs"]))
-            if types[(i, 0)] != _FLOAT16:
+            if types[(i, 0)] != FLOAT16:
                 bias = None
             rewrite[i] = (cast_in, cast_out, bias)
     if not rewrite and not multicast:
@@ -193,7 +192,7 @@ def _float32_entries(graph, entries):
     """The entries of a rebuilt graph (variable dtypes pinned) that are float32."""
     entries = sorted(entries)
     types, _ = graph.entry_dtypes(entries, {})
-    return {entry for entry in entries if types[entry] == np.dtype(np.float32)}
+    return {entry for entry in entries if types[entry] == FLOAT32}
 
 
 def _pin_bias_shapes(graph, rewrite):

@@ -49,6 +49,7 @@ import tempfile
 import mxnet as mx
 
 from .._core.env import CACHE_DIR, cache_dir, switch
+from .._core.errors import one_line
 
 __all__ = ["OP", "MXNET_RELEASE", "round16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
@@ -411,8 +412,7 @@ def round16_op():
 
 
 def _one_line(err):
-    lines = str(err).strip().splitlines() or [""]
-    return "%s: %s" % (type(err).__name__, lines[-1])
+    return "%s: %s" % (type(err).__name__, one_line(err))
 
 
 def status():

@@ -13,6 +13,7 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
+from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
@@ -22,7 +23,6 @@ from ._ops import EMULATED_OPS
 __all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
 
-_FLOAT16 = np.dtype(np.float16)
 
 _DECONV_TRAINING = (
     "training a float16 Deconvolution with target_shape under CPU emulation hits an MXNet 1.9.1 "
@@ -50,7 +50,7 @@ def refuse_deconv_training():
 
 
 def _upcast(value):
-    if isinstance(value, NDArray) and value.dtype == _FLOAT16:
+    if isinstance(value, NDArray) and value.dtype == FLOAT16:
         return mx.nd.amp_cast(value, dtype="float32")
     return value
 
@@ -117,7 +117,7 @@ def _make_nd_wrapper(op_name, original, spec):
             return csr_dot_as_on_gpu(*args[:2])
         arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, NDArray)]
         arrays += [(n, a) for n, a in kwargs.items() if isinstance(a, NDArray) and n != "out"]
-        if not any(a.dtype == _FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
+        if not any(a.dtype == FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
             return original(*args, **kwargs)
         if spec.same_dtype:
             dtypes = {a.dtype for _, a in arrays if np.issubdtype(a.dtype, np.floating)}
@@ -126,7 +126,7 @@ def _make_nd_wrapper(op_name, original, spec):
                 layer = spec.bias_input is not None or op_name == "RNN"
                 hint = ("; the net is float16 but its input is float32: pass "
                         "X.astype('float16')" if layer and data.dtype == np.float32
-                        and any(a.dtype == _FLOAT16 for _, a in arrays[1:]) else "")
+                        and any(a.dtype == FLOAT16 for _, a in arrays[1:]) else "")
                 raise TypeError("%s got inputs of dtypes %s; MXNet needs one dtype for all of "
                                 "them (a GPU run fails too): cast them alike%s"
                                 % (op_name, sorted(np.dtype(d).name for d in dtypes), hint))
@@ -198,7 +198,7 @@ def install_nd_wrappers(patches):
 # ---------------------------------------------------------------- AMP's own casts on a CPU
 AMP_MODULE = __import__("mxnet.contrib.amp.amp", fromlist=["amp"])
 REAL_AMP_CAST = AMP_MODULE._cast_symbol_NDArray
-_GPU_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+_GPU_FLOATS = (FLOAT16, FLOAT32)
 
 
 def amp_cast_as_on_gpu(s, dtype):

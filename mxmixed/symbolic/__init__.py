@@ -8,7 +8,8 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
   before ``SoftmaxOutput``; Module API training with ``multi_precision=True`` and static loss
   scaling);
 * :func:`convert`: ``amp.convert_model`` with float32 inputs and outputs by default, op and
-  layer exclusions, optional params cast to float16, and a :class:`ConversionReport`;
+  layer exclusions, optional params cast to float16, and a :class:`ConversionReport`; its
+  options, as keywords or one :class:`ConvertOptions`;
 * :func:`validate`: the float32 and float16 models side by side on the same inputs
   (:class:`ValidationReport`), detectors compared by matching detections;
 * :func:`search_fp32_layers`: a small set of layers that must stay float32 for the outputs to
@@ -36,6 +37,7 @@ from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)
 from ._conversion import ConvertedModel, convert
+from ._options import ConvertOptions
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
 from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
@@ -45,6 +47,6 @@ from ._validation import ValidationReport, validate
 __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params",
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
            "checkpoint_paths", "data_inputs",
-           "convert", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
+           "convert", "ConvertOptions", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
            "search_fp32_layers", "SearchResult", "load_float16", "load_bfloat16",
            "convert_hybrid_block", "export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]

@@ -15,12 +15,15 @@ from mxnet import gluon
 from .._core import graph as graphs
 from .. import emulation
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, graph_json, last_line, var_dtype
+from .._core.dtypes import FLOAT16
+from .._core.errors import one_line
+from .._core.graph import graph_json, var_dtype
 from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
-from ._conversion import convert
+from ._conversion import convert_with
 from ._report import ConversionReport
 from ._inference import default_ctx, is_cpu, symbol_block
+from ._options import ConvertOptions, options_from
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
@@ -170,7 +173,7 @@ def _block_graph(block, inputs, ctx):
                     mx.nd.waitall()
             except mx.base.MXNetError as err:
                 raise ConversionError("block %s failed on the example inputs: %s"
-                                      % (block.name, last_line(err))) from None
+                                      % (block.name, one_line(err))) from None
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph
@@ -186,7 +189,8 @@ def _block_graph(block, inputs, ctx):
 def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
                          ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
                          exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
-                         cast_optional_params: bool = True, return_report: bool = False
+                         cast_optional_params: bool = True, return_report: bool = False,
+                         options: Optional[ConvertOptions] = None
                          ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
@@ -208,6 +212,8 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
         As in :func:`convert`.
     return_report : bool, default False
         Also return the :class:`ConversionReport`.
+    options : ConvertOptions, optional
+        The conversion options in one object instead of their keywords (not both).
 
     Returns
     -------
@@ -229,6 +235,8 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
     >>> out.shape
     (2, 10)
     """
+    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
+                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params)
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
     ctx = default_ctx(ctx)
@@ -248,8 +256,6 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
     if missing:
         raise ConversionError("the block's graph uses inputs that are neither data nor its "
                               "params: %s" % missing)
-    model = convert(sym, arg_params, aux_params, exclude_layers=exclude_layers,
-                    exclude_ops=exclude_ops, keep_io_types=keep_io_types,
-                    cast_optional_params=cast_optional_params)
+    model = convert_with(sym, arg_params, aux_params, options)
     converted = model.to_block(ctx)
     return (converted, model.report) if return_report else converted

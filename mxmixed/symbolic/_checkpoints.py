@@ -14,7 +14,8 @@ import mxnet as mx
 
 from .._core import graph as graphs
 from .._core.convert import ConversionError
-from .._core.graph import BFLOAT16, FLOAT16, FLOAT32, dtype_name, last_line
+from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
+from .._core.errors import one_line
 from .._files.atomic import atomic_write_group
 from .._files.untrusted import (MAX_GRAPH_BYTES, UnsafeFileError, check_graph, check_json_depth,
                           check_nd_bytes, json_object_pairs, nd_bytes)
@@ -121,7 +122,7 @@ def _parse_symbol(text, path):
         return graphs.load_graph(graph)
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
-                              % (path, last_line(err))) from None
+                              % (path, one_line(err))) from None
 
 
 def _split_params(loaded, path):
@@ -181,7 +182,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> 
         loaded = mx.nd.load_frombuffer(data)
     except mx.base.MXNetError as err:
         raise ConversionError("params file %s cannot be loaded (truncated, or not an MXNet "
-                              "params file): %s" % (params_path, last_line(err))) from None
+                              "params file): %s" % (params_path, one_line(err))) from None
     arg_params, aux_params = _split_params(loaded, params_path)
     check_params(sym, arg_params, aux_params, allow_float16=allow_float16, source=params_path)
     return sym, arg_params, aux_params
@@ -283,9 +284,9 @@ def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                 sym.infer_shape_partial(**params_alone)
             except Exception:  # the params do not fit together, whatever the data
                 raise ConversionError("%s do not match the symbol: %s"
-                                      % (source, last_line(err))) from None
+                                      % (source, one_line(err))) from None
             raise ConversionError("data shapes %s (batch axis first) do not fit the model's "
-                                  "params: %s" % (dict(data_shapes), last_line(err))) from None
+                                  "params: %s" % (dict(data_shapes), one_line(err))) from None
         inferred = dict(zip(sym.list_arguments(), arg_shapes))
         inferred.update(zip(sym.list_auxiliary_states(), aux_shapes))
         for name, value in list(arg_params.items()) + list(aux_params.items()):
@@ -321,7 +322,7 @@ def _check_data_shapes(sym, data_shapes):
                                       " or ".join(str(r - 1) for r in ranks), tuple(shape))
                 ) from None
         raise ConversionError("data shapes %s (batch axis first) do not fit the symbol: %s"
-                              % (dict(data_shapes), last_line(err))) from None
+                              % (dict(data_shapes), one_line(err))) from None
 
 
 def _accepted_ranks(sym, name, shape):

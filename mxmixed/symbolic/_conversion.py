@@ -14,10 +14,12 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._core.convert import ConversionError, convert_graph
-from .._core.graph import BFLOAT16, CAST_OPS, DETECTION_OPS, FLOAT16, FLOAT32, Graph
+from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from .._core.graph import CAST_OPS, DETECTION_OPS, Graph
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
+from ._options import ConvertOptions, options_from
 from ._probe import probe_layers, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
 from ._validation import split_batches
@@ -74,13 +76,6 @@ class ConvertedModel:
         return iter((self.symbol, self.arg_params, self.aux_params))
 
 
-def _check_target(target_dtype):
-    name = str(target_dtype)
-    if name in ("float16", "bfloat16"):
-        return name
-    raise ConversionError("unsupported target dtype %r: float16 or bfloat16" % (name,))
-
-
 def _closest(name, choices):
     close = difflib.get_close_matches(name, choices, n=1)
     return " (did you mean %r?)" % close[0] if close else ""
@@ -105,7 +100,8 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
             exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
             cast_optional_params: bool = True, searched_layers: Sequence[str] = (),
             keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
-            ctx: Optional[mx.Context] = None, progress: bool = False) -> ConvertedModel:
+            ctx: Optional[mx.Context] = None, progress: bool = False,
+            options: Optional[ConvertOptions] = None) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -149,6 +145,10 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         Where the calibration runs; the first GPU when there is one, else the CPU.
     progress : bool, default False
         A tqdm bar over the calibration batches.
+    options : ConvertOptions, optional
+        The conversion options in one object, instead of their keywords (``target_dtype``,
+        ``exclude_layers``, ``exclude_ops``, ``keep_io_types``, ``cast_optional_params``,
+        ``searched_layers``, ``keep_detection_float32``); not both.
 
     Returns
     -------
@@ -195,15 +195,24 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ('...digits-fp16-symbol.json', '...digits-fp16-0000.params')
     """
     start = time.perf_counter()
-    target = _check_target(target_dtype)
-    if target == "bfloat16" and not keep_io_types:
-        raise ConversionError("keep_io_types=False is for float16 only: a bfloat16 model "
-                              "takes and returns float32")
-    before_graph = _check_convert_arguments(sym, arg_params, aux_params, exclude_layers,
-                                            exclude_ops, searched_layers)
+    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
+                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                           cast_optional_params=cast_optional_params,
+                           searched_layers=searched_layers,
+                           keep_detection_float32=keep_detection_float32)
+    return convert_with(sym, arg_params, aux_params, options, calibration, batch_size, ctx,
+                        progress, start)
+
+
+def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_size=8, ctx=None,
+                 progress=False, start=None):
+    """:func:`convert` with its options in one :class:`ConvertOptions` (what travels inside)."""
+    start = time.perf_counter() if start is None else start
+    target = options.target_dtype
+    before_graph = _check_convert_arguments(sym, arg_params, aux_params)
     nodes = before_graph.nodes
-    reasons = _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
-                               keep_detection_float32)
+    reasons = _float32_reasons(nodes, options.exclude_layers, options.exclude_ops,
+                               options.searched_layers, options.keep_detection_float32)
     low = (FLOAT16, BFLOAT16)
     arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in arg_params.items()}
@@ -212,19 +221,17 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     data_names = data_inputs(sym, arg_params, aux_params)
     notes = []
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
-                                                   bool(cast_optional_params), data_names,
+                                                   bool(options.cast_optional_params), data_names,
                                                    notes)
     graph = Graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
-    if not keep_io_types:
+    if not options.keep_io_types:
         data_types = {n: FLOAT32 for n in data_names}
         dtypes = consumed_dtypes(graph, known_types(new_args, new_auxs, data_types))
         graph = io_float16(graph, set(data_names), dtypes)
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
-                           data_names, reasons,
-                           {"keep_io_types": bool(keep_io_types),
-                            "cast_optional_params": bool(cast_optional_params)}, target)
+                           data_names, reasons, options)
     detection = sorted({op for name, op in ((n["name"], n["op"]) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:
@@ -244,17 +251,11 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
 
 
-def _check_convert_arguments(sym, arg_params, aux_params, exclude_layers, exclude_ops,
-                             searched_layers):
+def _check_convert_arguments(sym, arg_params, aux_params):
     if not isinstance(sym, mx.sym.Symbol):
         raise ConversionError("sym must be an mxnet Symbol, got %s" % type(sym).__name__)
     if not isinstance(arg_params, dict) or not isinstance(aux_params, dict):
         raise ConversionError("arg_params and aux_params must be dicts of name to NDArray")
-    for names, what in ((exclude_layers, "exclude_layers"), (exclude_ops, "exclude_ops"),
-                        (searched_layers, "searched_layers")):
-        if isinstance(names, str):
-            raise ConversionError("%s must be a list of names, not the string %r"
-                                  % (what, names))
     check_params(sym, arg_params, aux_params)
     graph = Graph(sym)
     if any(n["op"] in CAST_OPS for n in graph.nodes):

@@ -11,8 +11,10 @@ from mxnet import gluon
 from mxnet.contrib import amp
 from ..emulation import emulate_symbol
 from .._core.convert import ConversionError
-from .._core.graph import (BATCHNORM_OPS, BFLOAT16, FLOAT16, LOSS_OUTPUT_OPS, Graph, GraphTypeError,
-                           amp_list_key, cast_node, dtype_code, is_floating, last_line, var_dtype)
+from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
+from .._core.errors import one_line
+from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, Graph, GraphTypeError, cast_node,
+                           dtype_code, var_dtype)
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
@@ -187,7 +189,7 @@ def symbol_block(sym, arg_params, aux_params, ctx):
             "the graph does not type-check with the dtypes of its params (a converted graph "
             "saved without its amp_cast nodes, as mx.model.save_checkpoint and "
             "HybridBlock.export do by default, cannot run): %s"
-            % last_line(err).rsplit("): ", 1)[-1]) from None
+            % one_line(err).rsplit("): ", 1)[-1]) from None
     inputs = [mx.sym.var(n, dtype=data_types[n]) for n in data_names]
     block = gluon.SymbolBlock(sym, inputs)
     block_params = block.collect_params()
@@ -199,7 +201,7 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     try:
         block_params.load_dict(payload, ctx=ctx, ignore_extra=True)
     except (AssertionError, mx.base.MXNetError) as err:
-        raise ConversionError("the params do not fit the graph: %s" % last_line(err)) from None
+        raise ConversionError("the params do not fit the graph: %s" % one_line(err)) from None
     block._mxmixed_input_dtypes = data_types
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)

@@ -19,7 +19,9 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, FLOAT32, Graph, last_line, var_dtype
+from .._core.dtypes import FLOAT16, FLOAT32
+from .._core.errors import one_line
+from .._core.graph import Graph, var_dtype
 from .._files.atomic import atomic_write
 from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
@@ -234,7 +236,7 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
     try:
         session = ort.InferenceSession(payload, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
-        raise ConversionError("onnxruntime cannot load the model: %s" % last_line(err)) from None
+        raise ConversionError("onnxruntime cannot load the model: %s" % one_line(err)) from None
     feed = session.get_inputs()
     if len(feed) != 1:
         raise ConversionError("validation supports models with one input; this one has %s"
@@ -250,7 +252,7 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
             outs = session.run(outputs, {feed[0].name: np.asarray(batch).astype(in_dtype)})
         except Exception as err:  # onnxruntime's own error types
             raise ConversionError("onnxruntime failed to run the model: %s"
-                                  % last_line(err)) from None
+                                  % one_line(err)) from None
         if got is None:
             got = [[] for _ in outs]
         for store, out in zip(got, outs):

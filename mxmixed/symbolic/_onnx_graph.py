@@ -23,7 +23,8 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
-from .._core.graph import Graph, last_line
+from .._core.errors import one_line
+from .._core.graph import Graph
 
 __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 
@@ -47,7 +48,7 @@ def onnx_packages():
         import onnxruntime
     except ImportError as err:
         raise ConversionError("ONNX export needs the onnx and onnxruntime packages (%s): %s"
-                              % (last_line(err), ONNX_INSTALL)) from None
+                              % (one_line(err), ONNX_INSTALL)) from None
     return onnx, onnxruntime
 
 
@@ -200,7 +201,7 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
                 dynamic=True, dynamic_input_shapes=[(None,) + tuple(input_shape)])
     except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
             ValueError, IndexError, mx.base.MXNetError, onnx.checker.ValidationError) as err:
-        raise ConversionError("MXNet's ONNX exporter failed: %s" % last_line(err)) from None
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
@@ -214,5 +215,5 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
         raise ConversionError("the exported ONNX model fails onnx.checker: %s"
-                              % last_line(err)) from None
+                              % one_line(err)) from None
     return model, opset

@@ -9,7 +9,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import FLOAT16, FLOAT32
+from .._core.dtypes import FLOAT16, FLOAT32
 
 __all__ = ["float16_softmax_symbol", "multi_precision_params", "multi_precision_optimizer"]
 

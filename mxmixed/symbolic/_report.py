@@ -4,12 +4,14 @@
 Re-exported by :mod:`mxmixed.symbolic`.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .._core.graph import CAST_OPS, FLOAT32, dtype_name, var_dtype
+from .._core.dtypes import FLOAT32, dtype_name
+from .._core.graph import CAST_OPS, var_dtype
 from ._inference import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
+from ._options import ConvertOptions
 
 __all__ = ["ConversionReport", "build_report", "format_bytes"]
 
@@ -55,6 +57,8 @@ class ConversionReport:
         Dtype of each data input and each output of the converted graph.
     keep_io_types, cast_optional_params : bool
         The settings used.
+    options : ConvertOptions
+        Every option of the conversion (None for a report built by hand).
     seconds : float
         Time the conversion and this report took.
     calibration_seconds : float
@@ -80,6 +84,7 @@ class ConversionReport:
     calibration_seconds: float = 0.0
     layer_dtypes: Dict[str, str] = field(default_factory=dict, repr=False)
     notes: List[str] = field(default_factory=list)
+    options: Optional[ConvertOptions] = field(default=None, repr=False)
 
     @property
     def bytes_before(self) -> int:
@@ -186,8 +191,9 @@ class ConversionReport:
 
 
 def build_report(before_graph, graph, arg_before, aux_before, arg_after, aux_after, data_names,
-                  reasons, settings, target):
+                 reasons, options):
     """The report of a conversion from Graph ``before_graph`` to Graph ``graph``."""
+    target = options.target_dtype
     nodes = graph.nodes
     var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
@@ -217,5 +223,6 @@ def build_report(before_graph, graph, arg_before, aux_before, arg_after, aux_aft
         param_bytes_before=_bytes_by_dtype(arg_before, aux_before),
         param_bytes_after=_bytes_by_dtype(arg_after, aux_after), fp32_layers=fp32_layers,
         input_dtypes={n: dtype_name(t) for n, t in data_types.items()}, output_dtypes=outputs,
-        keep_io_types=settings["keep_io_types"],
-        cast_optional_params=settings["cast_optional_params"], layer_dtypes=layer_dtypes)
+        keep_io_types=bool(options.keep_io_types),
+        cast_optional_params=bool(options.cast_optional_params), layer_dtypes=layer_dtypes,
+        options=options)

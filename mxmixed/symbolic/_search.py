@@ -4,6 +4,7 @@
 float32 and one float16 run), bisects the ranking and prunes the prefix by group testing;
 :class:`SearchResult` holds the outcome. Re-exported by :mod:`mxmixed.symbolic`.
 """
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,9 +16,11 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.graph import graph_json
-from ._conversion import ConvertedModel, convert
+from .._core.progress import bar
+from ._conversion import ConvertedModel, convert_with
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._inference import default_ctx, inference_graph
+from ._options import ConvertOptions, options_from
 from ._probe import layer_sensitivity, probe_layers, underflow_layers, underflow_note
 from ._validation import Runner, largest_error, run_batches, split_batches
 
@@ -101,7 +104,8 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                        exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
                        cast_optional_params: bool = True, batch_size: int = 8,
                        ctx: Optional[mx.Context] = None, progress: bool = True,
-                       keep_detection_float32: bool = True, rule: str = "auto") -> SearchResult:
+                       keep_detection_float32: bool = True, rule: str = "auto",
+                       options: Optional[ConvertOptions] = None) -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
@@ -137,6 +141,9 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         Show tqdm bars.
     rule : {'auto', 'relative', 'detections'}, default 'auto'
         How outputs are compared, as in :func:`validate`.
+    options : ConvertOptions, optional
+        The conversion options in one object instead of their keywords (not both); its
+        ``target_dtype`` must be float16, and the search sets ``searched_layers``.
 
     Returns
     -------
@@ -173,14 +180,17 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     >>> result.layers                          # nothing needs to stay float32 here
     []
     """
+    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
+                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
+                           keep_detection_float32=keep_detection_float32)
+    if options.target_dtype != "float16":
+        raise ConversionError("search_fp32_layers searches float16 layers only, not %s: use "
+                              "exclude_layers / exclude_ops" % options.target_dtype)
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
     start = time.perf_counter()
     ev = _Evaluator(sym, arg_params, aux_params, split_batches(inputs, batch_size), default_ctx(ctx),
-                    rule, progress,
-                    dict(exclude_layers=list(exclude_layers), exclude_ops=list(exclude_ops),
-                         keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
-                         keep_detection_float32=keep_detection_float32))
+                    rule, progress, options)
     names, peaks = ev.names, dict(zip(ev.names, ev.stats32.peak))
     try:
         chosen, scores, initial, met = _greedy(ev, tolerance)
@@ -217,10 +227,10 @@ class _Evaluator:
     with the float32 reference. It owns the cache of errors, the converted models, the sets
     that could not be converted and the progress bar."""
 
-    def __init__(self, sym, arg_params, aux_params, batches, ctx, rule, progress, settings):
+    def __init__(self, sym, arg_params, aux_params, batches, ctx, rule, progress, options):
         self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
-        self.batches, self.ctx, self.rule, self.settings = batches, ctx, rule, settings
-        self.base = convert(sym, arg_params, aux_params, **settings)
+        self.batches, self.ctx, self.rule, self.options = batches, ctx, rule, options
+        self.base = convert_with(sym, arg_params, aux_params, options)
         self.names = [name for name, dtype in self.base.report.layer_dtypes.items()
                       if dtype == "float16"]
         self.reference, self.stats32, self.acts32 = probe_layers(
@@ -230,16 +240,15 @@ class _Evaluator:
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(desc="search: evaluations", leave=False)
+            self.bar = bar(desc="search: evaluations", leave=False)
 
     def convert_with(self, layers):
         key = tuple(sorted(layers))
         if key not in self.models:
-            self.models[key] = convert(self.sym, self.arg_params, self.aux_params,
-                                       searched_layers=list(layers),
-                                       **self.settings) if layers else self.base
+            self.models[key] = convert_with(
+                self.sym, self.arg_params, self.aux_params,
+                dataclasses.replace(self.options, searched_layers=tuple(layers))
+            ) if layers else self.base
         return self.models[key]
 
     def _record(self, layers, error):

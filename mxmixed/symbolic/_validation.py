@@ -16,7 +16,8 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
-from .._core.graph import FLOAT16, FLOAT32
+from .._core.dtypes import FLOAT16, FLOAT32
+from .._core.progress import bar
 from ._detections import OutputCheck, compare_outputs
 from ._inference import default_ctx, is_cpu, symbol_block
 
@@ -89,9 +90,7 @@ class Runner:
 def progress_bar(iterable, enabled, desc, total=None):
     if not enabled:
         return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, leave=False)
+    return bar(iterable, desc=desc, total=total, leave=False)
 
 
 def run_batches(runner, batches, progress, desc):

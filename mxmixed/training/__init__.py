@@ -22,7 +22,7 @@ from mxnet import autograd, gluon
 
 from .. import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
-from .._core.finite import param_grads
+from .._core.finite import param_grads, sums_of_squares
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
 from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
@@ -348,10 +348,7 @@ def _sum_of_squares(grads):
         for group in by_ctx.values():
             # float16 squares overflow above 256; multi_sum_sq needs one dtype anyway
             group = [g.astype("float32", copy=False) for g in group]
-            for start in range(0, len(group), 200):
-                chunk = group[start:start + 200]
-                sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk))
-                parts.append(sums.sum().as_in_context(mx.cpu()))
+            parts += [sums.sum().as_in_context(mx.cpu()) for sums in sums_of_squares(group)]
         if not parts:
             return 0.0
         return float(mx.nd.add_n(*parts).asscalar())

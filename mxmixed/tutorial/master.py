@@ -13,12 +13,11 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd
 
+from .._core.dtypes import FLOAT16
 from ..optim import param_list
 
 __all__ = ["MasterParams", "make_master_params", "grads_to_master", "master_to_model",
            "sgd_momentum_step"]
-
-_FLOAT16 = np.dtype(np.float16)
 
 
 class MasterParams:
@@ -78,7 +77,7 @@ def _check_float16_param(p):
                                "first" % p.name)
         raise RuntimeError("parameter '%s' is not initialized; call net.initialize() and "
                            "net.cast('float16') first" % p.name)
-    if np.dtype(p.dtype) != _FLOAT16:
+    if np.dtype(p.dtype) != FLOAT16:
         raise ValueError("parameter '%s' is %s, not float16: master weights are for float16 "
                          "parameters. net.cast('float16') leaves BatchNorm's parameters "
                          "float32; pass only the float16 ones, e.g. {n: p for n, p in "

@@ -1,0 +1,43 @@
+"""The one home of mxmixed's dtype facts: the float dtypes and how MXNet and NumPy name them.
+
+MXNet 1.9.1 has no NumPy bfloat16: it represents one as a 2-byte record whose NumPy name is
+'void16', while MXNet (its ops' ``dtype`` attributes, its AMP lists) spells it 'bfloat16'.
+Every module takes these constants and names from here.
+"""
+import numpy as np
+
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
+
+__all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "dtype_name", "numpy_name", "is_floating",
+           "amp_list_key"]
+
+FLOAT16 = np.dtype(np.float16)
+FLOAT32 = np.dtype(np.float32)
+# MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16')
+BFLOAT16 = np.dtype(_DTYPE_MX_TO_NP[12])
+
+
+def dtype_name(dtype):
+    """The name of a dtype as MXNet spells it ('float16', 'bfloat16', ...)."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype == BFLOAT16 else dtype.name
+
+
+def numpy_name(dtype):
+    """The name of a dtype as NumPy spells it: 'void16' for MXNet's bfloat16.
+
+    A checkpoint's manifest records this spelling (its on-disk format), unlike
+    :func:`dtype_name`, which gives MXNet's 'bfloat16'.
+    """
+    return np.dtype(dtype).name
+
+
+def amp_list_key(target):
+    """What MXNet's ``amp.list_*_ops`` accept for ``target``: the bfloat16 dtype, not its name."""
+    return BFLOAT16 if target == "bfloat16" else target
+
+
+def is_floating(dtype):
+    """Whether ``dtype`` is a floating type, bfloat16 included (None: False)."""
+    return dtype is not None and (np.dtype(dtype) == BFLOAT16
+                                  or np.issubdtype(np.dtype(dtype), np.floating))

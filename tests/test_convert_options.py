@@ -1,0 +1,93 @@
+"""ConvertOptions: the one object of a conversion's options, shared by the functions and the CLI."""
+import dataclasses
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+import mxmixed
+from mxmixed import symbolic
+from mxmixed.cli import convert as cli_convert
+from mxmixed.symbolic import ConversionError, ConvertOptions
+
+# The ConvertOptions fields that `mxmixed convert` has no flag for, each with why. A new field
+# needs a flag in mxmixed/cli/convert.py's OPTION_FLAGS, or its place here.
+NOT_ON_THE_CLI = {
+    "searched_layers",         # set by --search-tolerance's own search, not by hand
+    "keep_detection_float32",  # the CLI keeps detection ops float32, the default
+}
+
+
+def _model():
+    net = gluon.nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
+    net.initialize(mx.init.Xavier(rnd_type="gaussian"))
+    net.hybridize()
+    net(mx.nd.ones((1, 8)))
+    sym = net(mx.sym.var("data"))
+    params = {k: v.data() for k, v in net.collect_params().items()}
+    return sym, params, {}
+
+
+def test_keywords_and_equal_options_give_the_same_conversion():
+    sym, args, auxs = _model()
+    layer = [n["name"] for n in symbolic._conversion.graph_json(sym)["nodes"]
+             if n["op"] == "FullyConnected"][0]
+    keywords = dict(exclude_layers=[layer], keep_io_types=True, cast_optional_params=False)
+    by_keywords = symbolic.convert(sym, args, auxs, **keywords)
+    by_options = symbolic.convert(sym, args, auxs, options=ConvertOptions(**keywords))
+    assert by_options.symbol.tojson() == by_keywords.symbol.tojson()
+    assert by_options.report.fp32_layers == by_keywords.report.fp32_layers
+    for name, value in by_keywords.arg_params.items():
+        assert by_options.arg_params[name].dtype == value.dtype
+        np.testing.assert_array_equal(by_options.arg_params[name].asnumpy(), value.asnumpy())
+    assert by_keywords.report.options == by_options.report.options == ConvertOptions(**keywords)
+    assert mxmixed.ConvertOptions is ConvertOptions
+
+
+@pytest.mark.parametrize("fields, error, message", [
+    (dict(target_dtype="float64"), ConversionError, "unsupported target dtype 'float64'"),
+    (dict(exclude_layers="dense0"), ConversionError, "exclude_layers must be a list of names"),
+    (dict(target_dtype="bfloat16", keep_io_types=False), ConversionError,
+     "keep_io_types=False is for float16 only"),
+])
+def test_a_bad_value_is_one_line_as_before(fields, error, message):
+    sym, args, auxs = _model()
+    for call in (lambda: ConvertOptions(**fields), lambda: symbolic.convert(sym, args, auxs, **fields)):
+        with pytest.raises(error, match=message) as caught:
+            call()
+        assert isinstance(caught.value, ValueError) and "\n" not in str(caught.value)
+
+
+def test_options_and_keywords_together_are_refused():
+    sym, args, auxs = _model()
+    with pytest.raises(TypeError, match="not both"):
+        symbolic.convert(sym, args, auxs, exclude_ops=["Activation"],
+                         options=ConvertOptions(exclude_ops=("Activation",)))
+    with pytest.raises(TypeError, match="must be a ConvertOptions"):
+        symbolic.convert(sym, args, auxs, options={"target_dtype": "float16"})
+
+
+def test_options_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ConvertOptions().target_dtype = "bfloat16"
+
+
+def test_every_field_has_a_cli_flag_or_is_listed_as_not_offered():
+    fields = {f.name for f in dataclasses.fields(ConvertOptions)}
+    flags = cli_convert.OPTION_FLAGS
+    assert set(flags) | NOT_ON_THE_CLI == fields, (
+        "give each ConvertOptions field a flag in mxmixed/cli/convert.py's OPTION_FLAGS, or "
+        "list it in NOT_ON_THE_CLI with why")
+    assert not set(flags) & NOT_ON_THE_CLI
+    import argparse
+
+    from mxmixed.cli import build_parser
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    offered = commands.choices["convert"]._option_string_actions
+    for field, (flag, value) in flags.items():
+        assert flag in offered, (field, flag)
+    args = commands.choices["convert"].parse_args(["p", "0", "--out", "o"])
+    assert cli_convert.convert_options(symbolic, args) == ConvertOptions()
