@@ -10,6 +10,7 @@ import mxmixed
 from mxmixed import symbolic
 from mxmixed.cli import convert as cli_convert
 from mxmixed.symbolic import ConversionError, ConvertOptions
+from mxmixed._core.graph import Graph
 
 # The ConvertOptions fields that `mxmixed convert` has no flag for, each with why. A new field
 # needs a flag in mxmixed/cli/convert.py's OPTION_FLAGS, or its place here.
@@ -33,8 +34,7 @@ def _model():
 
 def test_keywords_and_equal_options_give_the_same_conversion():
     sym, args, auxs = _model()
-    layer = [n["name"] for n in symbolic._conversion.graph_json(sym)["nodes"]
-             if n["op"] == "FullyConnected"][0]
+    layer = [n["name"] for n in Graph(sym).nodes if n["op"] == "FullyConnected"][0]
     keywords = dict(exclude_layers=[layer], keep_io_types=True, cast_optional_params=False)
     by_keywords = symbolic.convert(sym, args, auxs, **keywords)
     by_options = symbolic.convert(sym, args, auxs, options=ConvertOptions(**keywords))

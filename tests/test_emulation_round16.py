@@ -19,6 +19,7 @@ from mxnet import autograd
 from mxmixed import emulation
 from mxmixed.emulation import _round16
 from mxmixed.emulation._carry import carry_float32
+from mxmixed._core.graph import Graph
 
 F16 = np.float16
 
@@ -343,13 +344,13 @@ def test_without_the_op_the_pass_warns_and_leaves_the_graph(monkeypatch, caplog)
     monkeypatch.setattr(_round16, "_STATE", {"tried": False, "op": None, "why": ""})
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     monkeypatch.setattr(_round16, "_cache_dir", lambda: "/nonexistent/cache")
-    graph = {"nodes": [{"op": "null", "name": "x", "inputs": []},
+    graph = Graph({"nodes": [{"op": "null", "name": "x", "inputs": []},
                        {"op": "amp_cast", "name": "x_emu_out0", "attrs": {"dtype": "float16"},
                         "inputs": [[0, 0, 0]]},
                        {"op": "amp_cast", "name": "y_emu_in0", "attrs": {"dtype": "float32"},
                         "inputs": [[1, 0, 0]]},
                        {"op": "relu", "name": "y", "inputs": [[2, 0, 0]]}],
-             "arg_nodes": [0], "heads": [[3, 0, 0]]}
+             "arg_nodes": [0], "heads": [[3, 0, 0]]})
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         assert carry_float32(graph, lambda g, entries: set(entries)) is graph
     assert "cast pair instead" in caplog.text
