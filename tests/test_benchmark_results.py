@@ -208,7 +208,7 @@ def _readme(c):
             c, "convert", "resnet50_v1", "validate")["value"])),
         ("training memory, AMP / float32", "| %.3f |" % mem("AMP")["value"]),
         ("training memory, `cast('float16')`", "| %.3f |" % mem("cast")["value"]),
-        ("tutorial suite (7 notebooks)", _cells(_fig(c, "notebooks", None), digits=1)),
+        ("tutorial suite when it had 7 notebooks", _cells(_fig(c, "notebooks", None), digits=1)),
         ("CPU ops without a float16 kernel", "| %s |" % _fig(c, "op_survey", None,
                                                               "ops without")["value"]),
         ("The SSD step (", "**%.2fx** a float32 step with oneDNN on (spread %.2f-%.2f)" % (
@@ -234,7 +234,7 @@ def _readme(c):
 
 
 def _emulation_md(c):
-    table = "emulated AMP step / float32 step, quiet machine"
+    table = "| emulated AMP step / float32 step, 2-core AMD EPYC with AVX-512"
     emu = lambda w: _fig(c, "emulation", w)  # noqa: E731
     ssd = lambda w: _fig(c, "ssd_step", w, "emulated AMP step / float32")  # noqa: E731
     on = ssd("SSD mobilenet0.25 (oneDNN on)")
@@ -256,7 +256,7 @@ def _emulation_md(c):
 
 
 def _run_md(c):
-    table = "| comparison, quiet machine |"
+    table = "| comparison, 2-core AMD EPYC with AVX-512 and AVX512-BF16 |"
     ssd = lambda w, fig: _fig(c, "ssd_step", "SSD mobilenet0.25 " + w, fig)  # noqa: E731
     check, casts = _fig(c, "ssd_step", "SSD mobilenet0.25", "share")["value"].split(" / ")
     rows = [("| emulated AMP / float32, oneDNN on", ssd("(oneDNN on)", "emulated AMP step / float")),
