@@ -37,6 +37,7 @@ from mxnet.module import Module
 from . import emulation as emu
 from .training._amp import amp_scope
 from ._files.atomic import atomic_write, special_file
+from ._core.graph import Graph
 from ._core.patches import Patches
 from ._core.state import bfloat16_native, bfloat16_support
 from .diagnostics.nonfinite import nonfinite_gradients
@@ -237,7 +238,7 @@ def layer_of_parameter(name, params, module=None):
 
 def _graph_reader(sym, name):
     """'node (op)' of the first op of ``sym`` that reads the variable ``name``, or None."""
-    nodes = json.loads(sym.tojson())["nodes"]
+    nodes = Graph(sym.tojson()).nodes  # AMP's casts left out: the reader is the layer
     index = next((i for i, n in enumerate(nodes) if n["op"] == "null" and n["name"] == name),
                  None)
     for node in nodes:

@@ -9,7 +9,7 @@ import numpy as np
 import mxnet as mx
 
 from ._core import dtypes
-from ._core import graph as graphs
+from ._core.graph import cast_node, load_graph
 from . import emulation
 from ._core import state
 from ._version import __version__
@@ -56,10 +56,10 @@ def _bfloat16():
 def _to_bfloat16(array):
     """``array`` cast to bfloat16 by MXNet's ``amp_cast`` (its Python wrappers refuse the name)."""
     graph = {"nodes": [{"op": "null", "name": "x", "inputs": []},
-                       graphs.cast_node("x_bf16", dtypes.BFLOAT16, [0, 0])],
+                       cast_node("x_bf16", dtypes.BFLOAT16, [0, 0])],
              "arg_nodes": [0], "heads": [[1, 0, 0]],
              "attrs": {"mxnet_version": ["int", 10901]}}
-    return graphs.load_graph(graph).bind(mx.cpu(), {"x": array}).forward()[0]
+    return load_graph(graph).bind(mx.cpu(), {"x": array}).forward()[0]
 
 
 def probe_bfloat16(repeats=7):

@@ -31,9 +31,9 @@ from mxnet.contrib import amp
 
 from . import dtypes
 from . import errors
-from . import graph as graphs
 from .dtypes import FLOAT16, FLOAT32
-from .graph import Graph, as_graph
+from .graph import (DETECTION_OPS, Graph, GraphTypeError, as_graph, cast_node, dtype_code,
+                    infer_types, var_dtype)
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after"]
@@ -80,7 +80,7 @@ def amp_forced(sym, excluded=()):
     set of str
     """
     nodes = Graph(sym).nodes
-    return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in graphs.DETECTION_OPS}
+    return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in DETECTION_OPS}
 
 
 def _node_types(node, in_types, n_out):
@@ -93,8 +93,8 @@ def _node_types(node, in_types, n_out):
                    "attrs": {"mxnet_version": ["int", 10901]}})
     known = {"in%d" % k: t for k, t in enumerate(in_types) if t is not None}
     try:
-        _, outs, _ = graphs.infer_types(graph.to_symbol(), known)
-    except (graphs.GraphTypeError, mx.base.MXNetError):
+        _, outs, _ = infer_types(graph.to_symbol(), known)
+    except (GraphTypeError, mx.base.MXNetError):
         return None
     return outs
 
@@ -147,7 +147,7 @@ class _Settler:
         key = (entry, dtypes.dtype_name(dtype))
         if key not in self.casts:
             name = "%s_settle_%s" % (self.nodes[entry[0]]["name"], key[1])
-            self.casts[key] = (self.add(graphs.cast_node(name, dtype, entry), [dtype]), 0)
+            self.casts[key] = (self.add(cast_node(name, dtype, entry), [dtype]), 0)
         return self.casts[key]
 
     def fit(self, node, entries, forced, n_out):
@@ -212,7 +212,7 @@ def settle(graph, forced, param_types, data_types, target="float16"):
             name = node["name"]
             if name in fp32_params:
                 dtype = FLOAT32
-                node["attrs"] = dict(node.get("attrs", {}), __dtype__=graphs.dtype_code(FLOAT32))
+                node["attrs"] = dict(node.get("attrs", {}), __dtype__=dtype_code(FLOAT32))
             else:
                 dtype = np.dtype(param_types.get(name, data_types.get(name, FLOAT32)))
             walk.new.place(i, walk.add(node, [dtype]))
@@ -229,7 +229,7 @@ def settle(graph, forced, param_types, data_types, target="float16"):
 
 def param_types_after(graph, arg_params, aux_params):
     """Stored dtype of each param: its ``__dtype__`` in the converted graph, else its own."""
-    declared = {node["name"]: graphs.var_dtype(node, None) for node in as_graph(graph).nodes
+    declared = {node["name"]: var_dtype(node, None) for node in as_graph(graph).nodes
                 if node["op"] == "null"}
     out = {}
     for params in (arg_params, aux_params):
@@ -300,8 +300,8 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
                       list(new_args.items()) + list(new_auxs.items())})
         _types_check(new_sym, known)
         return AmpGraph(new_sym, new_args, new_auxs)
-    except (AssertionError, ValueError, mx.base.MXNetError, graphs.GraphTypeError) as err:
-        first = err.reason if isinstance(err, graphs.GraphTypeError) else errors.one_line(err)
+    except (AssertionError, ValueError, mx.base.MXNetError, GraphTypeError) as err:
+        first = err.reason if isinstance(err, GraphTypeError) else errors.one_line(err)
     try:
         new_sym, new_args, new_auxs = _amp_pass(sym, target, [], data_names, params,
                                                 cast_optional_params, op_lists)

@@ -18,7 +18,7 @@ from mxnet.base import NDArrayHandle
 from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.errors import one_line
-from .._core.graph import LOSS_OUTPUT_OPS, graph_json, load_graph
+from .._core.graph import LOSS_OUTPUT_OPS, Graph
 from ._tracing import infer_shapes
 
 
@@ -45,14 +45,15 @@ def with_loss_scale(sym, scale):
     -------
     mxnet.symbol.Symbol
     """
-    graph = graph_json(sym)
-    if scale == 1.0 or not any(n["op"] in LOSS_OUTPUT_OPS for n in graph["nodes"]):
+    graph = Graph(sym)
+    if scale == 1.0 or not any(n["op"] in LOSS_OUTPUT_OPS for n in graph.nodes):
         return sym
-    for node in graph["nodes"]:
+    for node in graph.nodes:
         if node["op"] in LOSS_OUTPUT_OPS:
             attrs = node.setdefault("attrs", {})
             attrs["grad_scale"] = repr(float(attrs.get("grad_scale", 1.0)) * scale)
-    return load_graph(graph)
+    graph.changed()
+    return graph.to_symbol()
 
 
 class Run:
@@ -97,7 +98,7 @@ class Run:
         if ctx.device_type == "cpu":
             sym = emulate_symbol(sym, types, carry=False)  # every float16 tensor watched
         self.sym = sym
-        self.graph = graph_json(sym)
+        self.graph = Graph(sym)
         self.args = args
         try:
             with emulation.emulated() if ctx.device_type == "cpu" else contextlib.nullcontext(), \
@@ -161,14 +162,14 @@ class Namer:
 
     Parameters
     ----------
-    graph : dict
-        The executed graph (as JSON), emulation casts included.
+    graph : mxmixed._core.graph.Graph
+        The executed graph, emulation casts included.
     arg_shapes : dict of str to tuple
         Shapes of the graph's arguments and auxiliary states.
     """
 
     def __init__(self, graph, arg_shapes, grad_names=()):
-        self.nodes = graph["nodes"]
+        self.nodes = graph.nodes
         self.index = {node["name"]: i for i, node in enumerate(self.nodes)}
         self.shapes = {self.index[n]: [tuple(s)] for n, s in arg_shapes.items()
                        if n in self.index}

@@ -102,7 +102,7 @@ def _float32(array):
 
 
 def _activation_watch(namer, graph, found):
-    nodes = graph["nodes"]
+    nodes = graph.nodes
 
     def watch(phase, name, array):
         _, _, source = namer.backward_source(name, array.shape)

@@ -34,7 +34,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._core.convert import amp_forced, convert_graph, settle
-from .._core.graph import graph_json, load_graph
+from .._core.graph import Graph
 from .._core.state import amp_initialized
 from ..training import amp_scope
 from ._tracing import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
@@ -176,26 +176,28 @@ class MemoryReport:
 
 def _untyped(sym):
     """The graph without ``__dtype__`` hints on its variables, so each config sets them."""
-    graph = graph_json(sym)
-    for node in graph["nodes"]:
+    graph = Graph(sym)
+    for node in graph.nodes:
         if node["op"] == "null":
             node.get("attrs", {}).pop("__dtype__", None)
-    return load_graph(graph)
+    graph.changed()
+    return graph.to_symbol()
 
 
 def _float16_graph(sym):
     """The graph as ``cast('float16')`` builds it: constant-creating ops (an RNN's zero begin
     state) make float16 tensors."""
-    graph = graph_json(sym)
+    graph = Graph(sym)
     changed = False
-    for node in graph["nodes"]:
+    for node in graph.nodes:
         attrs = node.get("attrs", {})
         if node["op"] in ("_zeros", "_ones", "_full", "_arange", "_eye") and \
                 attrs.get("dtype", "float32") == "float32":
             attrs["dtype"] = "float16"
             node["attrs"] = attrs
             changed = True
-    return load_graph(graph) if changed else sym
+    graph.changed()
+    return graph.to_symbol() if changed else sym
 
 
 def _graphs(net):
@@ -339,9 +341,9 @@ def _graph_info(graph, shapes, dtypes, config):
         if config != "float16":
             raise
     inputs = set(graph.list_inputs())
-    settled, _, _ = settle(graph_json(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
+    settled, _, _ = settle(Graph(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
                                                       if n in inputs}, {})
-    return GraphInfo(load_graph(settled), shapes, dtypes)
+    return GraphInfo(settled.to_symbol(), shapes, dtypes)
 
 
 def _activations(info, inputs):

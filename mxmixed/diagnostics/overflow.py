@@ -168,7 +168,7 @@ def _label(name, paths):
 
 
 def _describe(graph, namer, phase, tensor, shape, dtype, paths):
-    nodes = graph["nodes"]
+    nodes = graph.nodes
     by_name = {node["name"]: i for i, node in enumerate(nodes)}
     found = namer.split(tensor)
     if found is None:

@@ -12,12 +12,11 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._core import graph as graphs
 from .. import emulation
 from .._core.convert import ConversionError
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
-from .._core.graph import graph_json, var_dtype
+from .._core.graph import Graph, dtype_code, var_dtype
 from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
@@ -177,13 +176,14 @@ def _block_graph(block, inputs, ctx):
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph
-    graph = graph_json(sym)
-    for node in graph["nodes"]:  # a float32 graph: forget dtypes of a cast block (#17164)
+    graph = Graph(sym)
+    for node in graph.nodes:  # a float32 graph: forget dtypes of a cast block (#17164)
         if node["op"] == "null":
             attrs = node.get("attrs", {})
             if "__dtype__" in attrs and var_dtype(node) == FLOAT16:
-                attrs["__dtype__"] = graphs.dtype_code(np.float32)
-    return [v.name for v in data_vars], graphs.load_graph(graph)
+                attrs["__dtype__"] = dtype_code(np.float32)
+    graph.changed()
+    return [v.name for v in data_vars], graph.to_symbol()
 
 
 def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,

@@ -12,8 +12,7 @@
 import numpy as np
 
 
-from .._core import graph as graphs
-from .._core.graph import graph_json
+from .._core.graph import Graph
 from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
@@ -52,11 +51,10 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
     kept : list of list of numpy.ndarray
         Per batch, the activations (only with ``keep``; for the next probe).
     """
-    graph = graph_json(inference_graph(sym))
-    position = {n["name"]: i for i, n in enumerate(graph["nodes"])}
-    heads = list(graph["heads"])
-    probe = dict(graph, heads=heads + [[position[name], 0, 0] for name in names])
-    runner = Runner((graphs.load_graph(probe), arg_params, aux_params), ctx)
+    graph = Graph(inference_graph(sym))
+    heads = [(src, out) for src, out, _ in graph.heads]
+    probe = graph.with_heads(heads + [(graph.index(name), 0) for name in names])
+    runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx)
     outputs = [[] for _ in heads]
     stats = _Stats(len(names))
     kept = []
@@ -90,7 +88,7 @@ def layer_sensitivity(graph, names, peak32, diff16):
     own = {}
     for name, peak, diff in zip(names, peak32, diff16):
         own[name] = diff / peak if peak > 0 else (0.0 if diff == 0 else np.inf)
-    nodes = graph["nodes"]
+    nodes = graph.nodes
     carried = [0.0] * len(nodes)  # the error on each node's output
     received = {}
     for i, node in enumerate(nodes):
