@@ -5,12 +5,13 @@ callback inline. Everything here uses public MXNet API only: the optimizer state
 through ``Module.save_optimizer_states``, not through the Module's private updater.
 """
 import os
-import pickle
 import tempfile
 import warnings
 
 import mxnet as mx
 import numpy as np
+
+from ..checkpoint._legacy import unpickle
 
 __all__ = ["digits_iter", "fit_module", "module_accuracy", "module_optimizer_states"]
 
@@ -116,8 +117,8 @@ def module_optimizer_states(mod):
     os.close(handle)
     try:
         mod.save_optimizer_states(path)
-        with open(path, "rb") as f:
-            states = pickle.loads(f.read())
+        with open(path, "rb") as f:  # MXNet's own pickle, written just now by this process
+            states = unpickle(path, f.read(), "optimizer states")
     finally:
         os.remove(path)
     if isinstance(states, tuple):  # (states, optimizer) when the optimizer was dumped too
