@@ -8,12 +8,12 @@ from mxnet import gluon
 
 import mxmixed
 from mxmixed import symbolic
-from mxmixed.cli import convert as cli_convert
+from mxmixed.cli import _convert as cli_convert
 from mxmixed.symbolic import ConversionError, ConvertOptions
 from mxmixed._core.graph import Graph
 
 # The ConvertOptions fields that `mxmixed convert` has no flag for, each with why. A new field
-# needs a flag in mxmixed/cli/convert.py's OPTION_FLAGS, or its place here.
+# needs a flag in mxmixed/cli/_convert.py's OPTION_FLAGS, or its place here.
 NOT_ON_THE_CLI = {
     "searched_layers",         # set by --search-tolerance's own search, not by hand
     "keep_detection_float32",  # the CLI keeps detection ops float32, the default
@@ -79,7 +79,7 @@ def test_every_field_has_a_cli_flag_or_is_listed_as_not_offered():
     fields = {f.name for f in dataclasses.fields(ConvertOptions)}
     flags = cli_convert.OPTION_FLAGS
     assert set(flags) | NOT_ON_THE_CLI == fields, (
-        "give each ConvertOptions field a flag in mxmixed/cli/convert.py's OPTION_FLAGS, or "
+        "give each ConvertOptions field a flag in mxmixed/cli/_convert.py's OPTION_FLAGS, or "
         "list it in NOT_ON_THE_CLI with why")
     assert not set(flags) & NOT_ON_THE_CLI
     import argparse

@@ -97,7 +97,7 @@ def test_parser_keeps_script_arguments_for_the_script():
                               "--version", "-h"])
     assert (args.report, args.script, args.args) == ("r.json", "train.py",
                                                       ["--amp", "--report", "x", "--version", "-h"])
-    assert args.no_emulation is False and args.func.__module__ == "mxmixed.cli.run"
+    assert args.no_emulation is False and args.func.__module__ == "mxmixed.cli._run"
 
 
 # ----------------------------------------------------------------------------- tracebacks

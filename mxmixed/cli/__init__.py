@@ -10,7 +10,7 @@ import sys
 
 from .._core.env import environment_error
 from .._version import __version__
-from . import convert, demo, info, run
+from . import _convert, _demo, _info, _run
 from ._args import DEFAULT_TOLERANCE, parse_shape
 from ._preflight import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED,
                          EXIT_WRITE_FAILED, CLIError)
@@ -39,7 +39,7 @@ def build_parser():
         description="Float16 mixed precision for Apache MXNet 1.9.1 (Gluon and Symbol APIs).")
     parser.add_argument("--version", action="version", version="mxmixed %s" % __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (info, demo, convert, run):
+    for command in (_info, _demo, _convert, _run):
         command.add_parser(sub)
     return parser
 

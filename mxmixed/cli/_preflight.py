@@ -15,7 +15,7 @@ __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory"
            "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
            "EXIT_USAGE", "EXIT_WRITE_FAILED", "EXIT_INTERRUPTED", "load"]
 
-# The exit codes of the `mxmixed` commands (their meaning: cli.convert.CONVERT_EPILOG, the README).
+# The exit codes of the `mxmixed` commands (their meaning: cli._convert.CONVERT_EPILOG, the README).
 EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
 
