@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 MXNET  ?= mxnet
-EXTRAS ?= tutorials,test,docs,onnx
+EXTRAS ?= tutorials,test,docs,onnx,nlp
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed-$(MXNET)
@@ -25,7 +25,10 @@ venv: $(STAMP)
 $(STAMP): constraints.txt setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -c constraints.txt pip
-	$(PIP) install -q -c constraints.txt -e ".[$(MX_EXTRA),$(EXTRAS)]"
+	@# gluonnlp (the nlp extra) ships an sdist with a Cython extension: its build needs cython
+	@# and wheel in the venv, and no build isolation (which would hide them)
+	$(PIP) install -q -c constraints.txt cython wheel
+	$(PIP) install -q -c constraints.txt --no-build-isolation -e ".[$(MX_EXTRA),$(EXTRAS)]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@# the emulation's rounding op, compiled once now rather than at first use (no compiler: a warning)
 	$(PY) -c "from mxmixed.emulation import _round16; print('float16 rounding op:', _round16.round16_op() or 'none, cast pairs', '-', _round16.status())"

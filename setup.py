@@ -46,6 +46,10 @@ setup(
         # benchmarks/zoo.py's side-by-side with onnxconverter-common (pinned in constraints.txt;
         # these versions work with numpy 1.23.5 on Python 3.11)
         "bench": ["onnx", "onnxruntime", "onnxconverter-common", "protobuf", "flatbuffers"],
+        # GluonNLP's BERT, Transformer and language models in the NLP tests, notebook and
+        # benchmark; mxmixed itself never imports it. Its sdist compiles a Cython extension:
+        # install cython and wheel first, then this extra with --no-build-isolation (the Makefile)
+        "nlp": ["gluonnlp==0.10.0"],
     },
     entry_points={"console_scripts": ["mxmixed=mxmixed.cli:main"]},
     classifiers=[
