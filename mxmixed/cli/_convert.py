@@ -54,6 +54,11 @@ def add_parser(sub):
                       help="keep inputs and outputs float32 (default: yes)")
     conv.add_argument("--keep-optional-params-float32", action="store_true",
                       help="MXNet's default: keep params float32 where float16 is optional")
+    conv.add_argument("--fold-bn", action=argparse.BooleanOptionalAction, default=None,
+                      help="fold each BatchNorm into the Convolution before it, in float32 "
+                           "before the cast (an inference model; oneDNN then fuses no "
+                           "Convolution+BatchNorm in low precision). Default: on for --dtype "
+                           "bfloat16, off for float16")
     conv.add_argument("--dtype", default="float16", type=dtype,
                       choices=sorted(DEFAULT_TOLERANCE),
                       help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
@@ -273,6 +278,7 @@ OPTION_FLAGS = {
     "keep_io_types": ("--keep-io-types", lambda args: args.keep_io_types),
     "cast_optional_params": ("--keep-optional-params-float32",
                              lambda args: not args.keep_optional_params_float32),
+    "fold_batchnorm": ("--fold-bn", lambda args: args.fold_bn),
 }
 
 

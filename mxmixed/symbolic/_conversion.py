@@ -17,6 +17,7 @@ from .._core.convert import ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .._core.graph import CAST_OPS, DETECTION_OPS, Graph
 from ._checkpoints import check_params, data_inputs, save_checkpoint
+from ._fold import fold_batchnorm
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
 from ._options import ConvertOptions, options_from
@@ -74,6 +75,12 @@ class ConvertedModel:
 
     def __iter__(self):
         return iter((self.symbol, self.arg_params, self.aux_params))
+
+
+def _names(names, shown=3):
+    """The first ``shown`` names, and how many more."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (", ... (%d more)" % more if more > 0 else "")
 
 
 def _closest(name, choices):
@@ -220,6 +227,14 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
     notes = []
+    if options.fold_batchnorm:
+        folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
+                                                            keep=reasons)
+        if folded:
+            sym = folded_graph.to_symbol()
+            notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
+                         "before the cast (fold_batchnorm; for inference): %s"
+                         % (len(folded), _names([bn for bn, _ in folded])))
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
                                                    notes)

@@ -6,7 +6,7 @@ fails for a field without a flag unless it is listed there as one the CLI does n
 """
 import dataclasses
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 from .._core.convert import ConversionError
 
@@ -43,6 +43,10 @@ class ConvertOptions:
         reported with the reason ``'search'``.
     keep_detection_float32 : bool, default True
         Keep box decoding, NMS, anchors, ROI and proposal ops in float32.
+    fold_batchnorm : bool, optional
+        Fold each BatchNorm into the Convolution before it, in float32 before the cast, so
+        that oneDNN fuses no Convolution+BatchNorm pair in low precision (the converted model
+        is for inference). By default on for bfloat16 and off for float16.
 
     Raises
     ------
@@ -58,12 +62,15 @@ class ConvertOptions:
     cast_optional_params: bool = True
     searched_layers: Tuple[str, ...] = ()
     keep_detection_float32: bool = True
+    fold_batchnorm: Optional[bool] = None
 
     def __post_init__(self):
         name = str(self.target_dtype)
         if name not in ("float16", "bfloat16"):
             raise ConversionError("unsupported target dtype %r: float16 or bfloat16" % (name,))
         object.__setattr__(self, "target_dtype", name)
+        object.__setattr__(self, "fold_batchnorm", name == "bfloat16" if self.fold_batchnorm
+                           is None else bool(self.fold_batchnorm))
         if name == "bfloat16" and not self.keep_io_types:
             raise ConversionError("keep_io_types=False is for float16 only: a bfloat16 model "
                                   "takes and returns float32")
