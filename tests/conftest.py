@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# the emulation's rounding op is compiled on first use: into this session's own directory
+# the emulation's rounding op is compiled on first use: into this session's own directory.
+# Under pytest-xdist the controller loads this file first and its workers inherit the folder,
+# so the library is built once per session (the build holds a lock; see _round16).
 os.environ.setdefault("MXMIXED_CACHE_DIR", tempfile.mkdtemp(prefix="mxmixed-cache-"))
+# Under pytest-xdist (pytest.ini: one worker per core) each worker's MXNet, and every
+# subprocess or notebook kernel it starts, gets its share of the cores (one thread on a
+# 2-core machine), so that the workers do not oversubscribe the machine. Set before MXNet is
+# imported: it reads the variable once. An OMP_NUM_THREADS already set is kept.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import mxnet as mx  # noqa: E402
 
