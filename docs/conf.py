@@ -1,4 +1,5 @@
-"""Sphinx configuration of the mxmixed docs (``make docs``; ``tests/project/test_docs_site.py`` builds it too).
+"""Sphinx configuration of the mxmixed docs (``make docs``; ``tests/project/test_docs_site.py``
+builds it too).
 
 * **API reference**: ``sphinx.ext.autosummary`` with the templates in ``_templates/autosummary``,
   recursive from ``api.rst``: one page per public module (no leading underscore in its name),
