@@ -38,8 +38,9 @@ setup(
         # (pycocotools: gluoncv's mask transforms for Mask R-CNN import it, and gluoncv would
         # otherwise try to pip-install it at run time)
         "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12", "pycocotools"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "nbval>=0.10", "jupyter", "ipykernel",
-                 "import-linter>=2.16", "ruff>=0.17"],
+        # pytest-xdist: `make test` runs on one worker per core (pytest.ini)
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "nbval>=0.10", "jupyter",
+                 "ipykernel", "import-linter>=2.16", "ruff>=0.17"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
         # mxmixed convert --format onnx and symbolic.export_onnx / validate_onnx (docs/onnx.md)
         "onnx": ["onnx", "onnxruntime", "protobuf", "flatbuffers"],

@@ -14,7 +14,7 @@ hybridized, exported to ``symbol.json`` + ``.params``); then, in a fresh process
   time measured side by side (alternating, median of 5 after a warm-up): how slow float16 is
   on a CPU, never a speed-up.
 
-Writes ``benchmarks/onnx_zoo.json`` (``--json``); ``tests/test_onnx_zoo_table.py`` checks that
+Writes ``benchmarks/onnx_zoo.json`` (``--json``); ``tests/project/test_onnx_zoo_table.py`` checks that
 the table in ``docs/onnx.md`` is the one :func:`table` makes from it (``--table`` prints it).
 
 Usage: ``python benchmarks/onnx_zoo.py [--models a,b] [--json PATH] [--table]``
@@ -198,7 +198,7 @@ def main(argv=None):
     import mxnet
 
     payload = {"note": "written by benchmarks/onnx_zoo.py; the table in docs/onnx.md is "
-                       "made from these rows (tests/test_onnx_zoo_table.py)",
+                       "made from these rows (tests/project/test_onnx_zoo_table.py)",
                "versions": {"mxnet": mxnet.__version__, "onnx": onnx.__version__,
                             "onnxruntime": onnxruntime.__version__},
                "machine": "%d CPU cores, shared; onnxruntime on the CPU" % os.cpu_count(),

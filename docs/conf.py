@@ -1,4 +1,5 @@
-"""Sphinx configuration of the mxmixed docs (``make docs``; ``tests/test_docs.py`` builds it too).
+"""Sphinx configuration of the mxmixed docs (``make docs``; ``tests/project/test_docs_site.py``
+builds it too).
 
 * **API reference**: ``sphinx.ext.autosummary`` with the templates in ``_templates/autosummary``,
   recursive from ``api.rst``: one page per public module (no leading underscore in its name),
@@ -12,7 +13,7 @@
 * **Tutorials**: ``tutorials/*.ipynb`` (``docs/tutorials`` is a symbolic link to that folder),
   rendered by myst-nb from their stored outputs (nothing is executed at build time); each page
   links its ``.ipynb`` for download (``_templates/page.html``, :func:`copy_notebooks`).
-* **Offline**: no intersphinx, no remote scripts or fonts; ``tests/test_docs.py`` checks it.
+* **Offline**: no intersphinx, no remote scripts or fonts; ``tests/project/test_docs_site.py`` checks it.
 """
 import importlib
 import inspect

@@ -47,7 +47,7 @@ _Params = Union[gluon.ParameterDict, Dict[str, gluon.Parameter], Sequence[gluon.
 #: (master copy in ``state[0]``): LAMB updates it with its ``mp_lamb_*`` kernels, the rest
 #: through the generic wrapper (the update applied to the master copy with the gradient cast
 #: to float32, then the master cast back into the float16 weight).
-#: ``tests/test_optim.py`` checks every one of them.
+#: ``tests/training/test_optim_multi_precision_sgd.py`` checks every one of them.
 MULTI_PRECISION_OPTIMIZERS = ("sgd", "nag", "signum", "ftml", "lars", "lbsgd", "lamb", "dcasgd",
                               "sgld", "adam", "adagrad", "rmsprop", "adadelta", "ftrl", "adamax",
                               "nadam", "groupadagrad")

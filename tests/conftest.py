@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# the emulation's rounding op is compiled on first use: into this session's own directory
+# the emulation's rounding op is compiled on first use: into this session's own directory.
+# Under pytest-xdist the controller loads this file first and its workers inherit the folder,
+# so the library is built once per session (the build holds a lock; see _round16).
 os.environ.setdefault("MXMIXED_CACHE_DIR", tempfile.mkdtemp(prefix="mxmixed-cache-"))
+# Under pytest-xdist (pytest.ini: one worker per core) each worker's MXNet, and every
+# subprocess or notebook kernel it starts, gets its share of the cores (one thread on a
+# 2-core machine), so that the workers do not oversubscribe the machine. Set before MXNet is
+# imported: it reads the variable once. An OMP_NUM_THREADS already set is kept.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import mxnet as mx  # noqa: E402
 
@@ -82,12 +91,36 @@ def run_convert(argv, capsys):
     return code, out, err
 
 
+# The files that take longest (over 30 s each in a one-process run on a 2-core EPYC, the
+# rounding-library tests above 3 minutes), longest first. Under pytest-xdist they are handed out
+# first, then the notebooks, then the rest, so that the workers finish together
+# (--dist loadfile hands out whole files in collection order).
+LONGEST_FIRST = (
+    "tests/emulation/test_round16_library.py", "tests/emulation/test_round16.py",
+    "tutorials/06_loss_scaling_experiment.ipynb", "tests/diagnostics/test_detectors.py",
+    "tests/distributed/test_dist_sync_launch.py", "tests/emulation/test_bits.py",
+    "tests/symbolic/test_onnx_export.py", "tests/emulation/test_cast_symbolblock.py",
+    "tests/run/test_real_clients.py", "tests/project/test_docs_site.py",
+    "tests/emulation/test_layouts.py", "tests/diagnostics/test_gradients.py",
+)
+
+
+def _run_order(item):
+    rel = os.path.relpath(str(item.path), ROOT).replace(os.sep, "/")
+    if rel in LONGEST_FIRST:
+        return LONGEST_FIRST.index(rel)
+    return len(LONGEST_FIRST) + (0 if rel.startswith("tutorials/") else 1)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tutorial notebooks (nbval's cells) are slow: they train models end to end."""
+    """The tutorial notebooks (nbval's cells) are slow: they train models end to end. Under
+    pytest-xdist, the longest files run first (a stable sort: each file keeps its order)."""
     tutorials = os.path.join(ROOT, "tutorials")
     for item in items:
         if str(item.path).startswith(tutorials + os.sep):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_run_order)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -114,7 +114,7 @@ per group (tens to hundreds); an ``add_n`` or ``Concat`` a few hundred inputs at
 
 # The attributes that size a node's outputs or inputs, found by setting every integer attribute
 # of every op of MXNet 1.9.1's registry to 3000 and counting the outputs MXNet then makes
-# (tests/test_untrusted_graphs.py repeats that scan): an integer ...
+# (tests/files/test_untrusted_graphs.py repeats that scan): an integer ...
 _COUNT_ATTRS = ("num_outputs",  # SliceChannel/split, amp_multicast, _foreach, _while_loop, _cond
                 "sections",  # _split_v2, _npi_split, _npi_hsplit, _npi_dsplit
                 "num_weights",  # multi_sgd_update and the other multi-tensor optimizer ops

@@ -50,7 +50,7 @@ the same code uses the real float16 kernels on a GPU.
 .. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
    states stay float32 between time steps, where cuDNN keeps float16 states. The difference
-   to a step-by-step float16 reference is measured in ``tests/test_emulation_rnn.py`` and
+   to a step-by-step float16 reference is measured in ``tests/emulation/test_rnn.py`` and
    reported in ``docs/emulation.md``.
 """
 import contextlib

@@ -9,7 +9,7 @@ its elements (``stride - 1`` of them), padded by ``dilate * (kernel - 1) - pad``
 (plus ``adj`` after), with the weight's two channel axes swapped within each group and its
 kernel flipped. That is what this module builds, in float32, for the graph pass and the
 NDArray wrappers alike; its forward and both gradients equal MXNet's float32 Deconvolution
-up to float32 summation order (checked in ``tests/test_emulation_deconvolution.py``).
+up to float32 summation order (checked in ``tests/emulation/test_deconvolution.py``).
 """
 import ast
 

@@ -1,9 +1,9 @@
 """Record the bits of one emulated float16 training step for each model family.
 
 The output, ``emulation_digests.json``, is the regression net that
-``tests/test_emulation_bits.py`` holds the default emulation to: the sha256 of every output,
+``tests/emulation/test_bits.py`` holds the default emulation to: the sha256 of every output,
 the loss and every parameter gradient of one training step under ``mxnet.contrib.amp`` with
-emulation on, for one model of each family of ``tests/test_emulation_zoo.py``, the tutorial
+emulation on, for one model of each family of ``tests/emulation/test_zoo.py``, the tutorial
 digits CNN (hybridized and through the Module API) and ``cifar_resnet20_v1``. It was recorded
 on the default route (``"route"``: the float32 carry's rounding op keeping oneDNN's layouts),
 once, when that became the default (issue 36): fidelity is judged against the GPU, and the
@@ -67,7 +67,7 @@ def run_families(families, save_dir=None):
     """Run one emulated AMP training step per family in this process; return the digests.
 
     With ``save_dir``, each family's outputs, loss and gradients are also saved there as
-    ``FAMILY.npz`` (for the cross-route bounds of ``test_emulation_bits.py``).
+    ``FAMILY.npz`` (for the cross-route bounds of ``emulation/test_bits.py``).
     """
     import numpy as np
     import mxnet as mx

@@ -1,7 +1,7 @@
 """Record torch.amp.GradScaler's scale history for fixed overflow sequences.
 
-The output, ``gradscaler_table.json``, is the reference that ``tests/test_scaler.py`` and
-``tests/test_scaler_extremes.py`` hold mxmixed's LossScaler to. It comes from PyTorch, not from
+The output, ``gradscaler_table.json``, is the reference that ``tests/training/test_scaler_dynamics.py`` and
+``tests/training/test_scaler_extremes.py`` hold mxmixed's LossScaler to. It comes from PyTorch, not from
 mxmixed. Regenerate it in an environment with PyTorch (the CPU wheel is enough):
 ``python tests/data/make_gradscaler_table.py``
 

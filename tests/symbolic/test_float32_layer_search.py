@@ -74,7 +74,7 @@ def test_search_finds_the_planted_layers_within_the_bound(planted):
 
 
 def test_search_on_an_excluded_concat_branch_never_crashes(tmp_path):
-    from test_symbolic_zoo_conversion import InceptionBlock, _export, _fan_in_init
+    from .test_zoo_conversion import InceptionBlock, _export, _fan_in_init
 
     net = InceptionBlock(prefix="inc_")
     x = mx.nd.array(np.random.RandomState(0).uniform(size=(4, 3, 8, 8)))

@@ -228,9 +228,9 @@ def summarize(mode, row_index):
 def summarize_in_subprocess(mode, row_index):
     """:func:`summarize` in a fresh interpreter, for cases that corrupt the process."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    code = ("import json, sys; sys.path.insert(0, %r); import test_emulation_dtypes as t; "
+    code = ("import json, sys; sys.path.insert(0, %r); import test_dtypes as t; "
             "print('SUMMARY ' + json.dumps(t.summarize(%r, %d)))" % (tests, mode, row_index))
-    root = os.path.dirname(tests)
+    root = os.path.dirname(os.path.dirname(tests))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

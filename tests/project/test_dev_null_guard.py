@@ -18,7 +18,7 @@ from conftest import ROOT
 # the only files allowed to name os.devnull: they check it, or say why it must not be written
 # (mxmixed/cli/_streams.py opens the device for writing, O_WRONLY and never O_CREAT, to discard the
 # output once a pipe's reader is gone)
-ALLOWED = {"tests/conftest.py", "tests/test_dev_null_stays_a_device.py", "mxmixed/_files/atomic.py",
+ALLOWED = {"tests/conftest.py", "tests/project/test_dev_null_guard.py", "mxmixed/_files/atomic.py",
            "benchmarks/run_all.py", "benchmarks/ssd_step.py", "mxmixed/cli/_streams.py"}
 
 

@@ -15,7 +15,7 @@ from mxmixed import emulation
 from mxmixed.cli import build_parser
 from mxmixed.run import run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _script(tmp_path, body, name="script.py"):

@@ -15,7 +15,7 @@ from mxmixed import cli, symbolic
 from mxmixed.cli import _preflight
 from mxmixed.tutorial import digits_cnn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 

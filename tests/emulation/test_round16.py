@@ -74,7 +74,7 @@ def test_every_source_of_the_op_ships_in_the_package():
     includes round16_kernel.h: without it, the op would silently fall back to cast pairs)."""
     import ast
     import fnmatch
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "setup.py")) as handle:
         tree = ast.parse(handle.read())
     patterns = [ast.literal_eval(kw.value)["mxmixed.emulation"] for node in ast.walk(tree)

@@ -14,7 +14,7 @@ from mxnet.gluon import nn
 from mxmixed import cli, symbolic
 from mxmixed.tutorial import digits_arrays, digits_cnn, digits_loaders, evaluate, fit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import mxnet as mx
 from mxmixed._core import progress as _progress
 from mxmixed.tutorial import digits_cnn, digits_loaders, fit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class _Terminal(io.StringIO):

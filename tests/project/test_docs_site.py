@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 PLOT_TUTORIAL = "03_gluon_amp"  # a tutorial with plots, for the browser check

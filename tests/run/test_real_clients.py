@@ -1,5 +1,5 @@
 """Real clients under ``mxmixed run``: gluon-cv style training scripts that know nothing about
-mxmixed (tests/clients/) train a few iterations on tiny fake data made here, validate, and end
+mxmixed (tests/data/clients/) train a few iterations on tiny fake data made here, validate, and end
 with finite losses, each in well under 90 s on a 2-core machine.
 
 The SSD and YOLOv3 runs with ``--amp`` need the emulation of ``amp_multicast`` (MXNet 1.9.1's
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLIENTS = os.path.join(ROOT, "tests", "clients")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLIENTS = os.path.join(ROOT, "tests", "data", "clients")
 LIMIT_S = float(os.environ.get("MXMIXED_CLIENT_LIMIT_S", "90"))
 ITERS = 2
 

@@ -1,4 +1,4 @@
-"""``mxmixed run --amp bfloat16``: an unmodified float32 gluon-cv style script (tests/clients/)
+"""``mxmixed run --amp bfloat16``: an unmodified float32 gluon-cv style script (tests/data/clients/)
 trains with bfloat16 AMP switched on before it starts; the report and a line on stderr give
 step times to set next to a float32 run; a script that calls amp.init itself is told, in one
 line, that its call is ignored."""
@@ -12,8 +12,8 @@ import pytest
 
 from mxmixed._core.state import bfloat16_support
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLIENTS = os.path.join(ROOT, "tests", "clients")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLIENTS = os.path.join(ROOT, "tests", "data", "clients")
 ITERS = 4
 RUNS, WHY = bfloat16_support()
 

@@ -4,7 +4,7 @@ written.
 Each page's blocks run in order, in one fresh interpreter, in a temporary folder, as a reader
 who copies them one after the other would run them: a later block may use the names and the
 files of an earlier one. Shell blocks (```bash, ```console) are not run. docs/quickstart.md's
-blocks run in tests/test_quickstart.py, which also compares their outputs with the page: here
+blocks run in tests/project/test_quickstart_page.py, which also compares their outputs with the page: here
 that page is reported as skipped, with that reason.
 
 An HTML comment on the line just before a block changes how it runs, and says why:
@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md"] + sorted("docs/%s" % p.name for p in (ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARK = re.compile(r"<!--\s*(.*?)\s*-->\s*$")
 AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 PAGE_TIMEOUT_S = 300
 # Pages whose blocks another test runs already, and checks more closely.
-RUN_ELSEWHERE = {"docs/quickstart.md": "tests/test_quickstart.py runs its blocks and compares "
+RUN_ELSEWHERE = {"docs/quickstart.md": "tests/project/test_quickstart_page.py runs its blocks and compares "
                                        "what they print with the page"}
 
 

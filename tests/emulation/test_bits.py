@@ -4,8 +4,8 @@
 gradient of one emulated AMP training step per model family, recorded on the default
 emulation: the float32 carry's rounding op keeping oneDNN's layouts
 (``make_emulation_digests.py``). Fidelity is judged against the GPU (the float64-reference
-bounds and the GPU composition rules of ``test_emulation_numerics.py``,
-``test_emulation_bias.py`` and the others); these digests are a regression net for the
+bounds and the GPU composition rules of ``emulation/test_numerics.py``,
+``emulation/test_bias.py`` and the others); these digests are a regression net for the
 default: the same step must keep giving the same bytes.
 Float32 kernels differ between CPUs, so the comparison with the table runs only on a CPU like
 the one the table was recorded on. On every CPU, the routes are compared with each other:
@@ -23,7 +23,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC = importlib.util.spec_from_file_location(
-    "make_emulation_digests", os.path.join(HERE, "data", "make_emulation_digests.py"))
+    "make_emulation_digests", os.path.join(os.path.dirname(HERE), "data", "make_emulation_digests.py"))
 digests = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(digests)
 

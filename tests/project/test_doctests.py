@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ISOLATED = re.compile(r"(^|[^\w.])(mxmixed\.)?init\(", re.M)
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # The core of issue 19: each of these needs an Examples section that runs.
