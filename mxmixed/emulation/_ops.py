@@ -60,8 +60,10 @@ FLOAT16_STEPS = "float16 arithmetic step by step"
 
 _BN_AUX = (3, 4)  # moving_mean, moving_var: updated in place, always float32
 _NO_GEMM = "no CPU float16 kernel: 'FP16 gemm on cpu not implemented!'"
+_NO_FP16_TRANSFORMER = "no CPU float16 kernel: 'Only FP32 is supported on CPU at the moment'"
 
-# Group 1: AMP's float16 list plus dot/batch_dot. No CPU float16 kernel exists in 1.9.1.
+# Group 1: AMP's float16 list plus dot/batch_dot and the interleaved attention GEMMs.
+# No CPU float16 kernel exists in 1.9.1.
 GEMM_OPS = {
     # GPU: linalg_gemm (cuBLAS, float32 compute) into the float16 output, then
     # AddBias -> add_bias_kernel<half_t> adds the bias in float16 (fully_connected-inl.h).
@@ -90,6 +92,27 @@ GEMM_OPS = {
                   ONE_ROUNDING),
     "batch_dot": OpSpec("no CPU float16 kernel: dtype check fails in batch_dot", (), None,
                         True, ONE_ROUNDING),
+    # Transformer attention (gluonnlp's BERT: selfatt_qk/valatt; encdec_qk/valatt). GPU
+    # (src/operator/contrib/transformer.cu, 1.9.1): every forward and backward GEMM is
+    # gemm_switch_fp32accum -> CublasStridedBatchedGemm -> cublasGemmStridedBatchedEx with
+    # float16 A, B and C, computeType CUDA_R_32F (pseudoFP16: CublasType<half>::ScaleType is
+    # float; MXNET_FC_TRUE_FP16=1 would switch to float16 compute) and
+    # CUBLAS_GEMM_DEFAULT_TENSOR_OP. The qk ops' scale, 1/sqrt(head_dim) in float
+    # ("const float scale = 1.0 / sqrt(static_cast<float>(head_dim))"), is the GEMM's float32
+    # alpha ("gemm_switch_fp32accum(s, true, false, ..., scale, queries_keys_values +
+    # head_dim, ...)"): applied to the float32 accumulator, not to a float16 query, then one
+    # rounding. The backward GEMMs use the same alpha; each gradient region (q, k, v of the
+    # interleaved input) is written by one GEMM (the rest memset to 0), so one rounding each.
+    # The CPU float32 kernel (transformer.cc, strided_batch_sgemm with the same alpha) is the
+    # same arithmetic in float32: the emulation is float32 math on float16 operands, rounded.
+    "_contrib_interleaved_matmul_selfatt_qk": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                     ONE_ROUNDING),
+    "_contrib_interleaved_matmul_selfatt_valatt": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                         ONE_ROUNDING),
+    "_contrib_interleaved_matmul_encdec_qk": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                    ONE_ROUNDING),
+    "_contrib_interleaved_matmul_encdec_valatt": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                        ONE_ROUNDING),
 }
 
 # Group 2: ops the tutorials and gluoncv models use whose CPU float16 kernel is more than
