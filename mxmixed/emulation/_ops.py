@@ -171,12 +171,18 @@ NOT_EMULATED = {
             "65504 whatever MXNET_SAFE_ACCUMULATION says; float32 arithmetic would hide that",
     "_mul_scalar": "slow: 5.7x, but the GPU casts the scalar to float16 first (1e-8 becomes 0)",
     "Dropout": "slow: 5.5x, but the mask holds round16(1/keep_prob), not 1/keep_prob",
-    "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16",
+    "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16 "
+                 "(AddTakeGrad in DType, on the GPU too); the forward is an exact gather. Gap: "
+                 "the CPU's row_sparse backward (sparse_grad=True) refuses float16, the GPU's "
+                 "adds in float16; not emulated (under AMP the weight is float32)",
     # from the model-zoo survey (benchmarks/op_survey_zoo.json)
     "LeakyReLU": "slow: 60x (YOLOv3), but the GPU casts the slope to float16 before it "
-                 "multiplies (DType(slope)), as for _mul_scalar",
+                 "multiplies (DType(slope)), as for _mul_scalar. gelu (BERT, 19x): "
+                 "mshadow_op::gelu is float32 erf math rounded once on CPU and GPU alike; the "
+                 "float32 route would run oneDNN's gelu, further from that formula",
     "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
-               "MXNET_SAFE_ACCUMULATION=1",
+               "MXNET_SAFE_ACCUMULATION=1, with use_length (BERT) too: one template "
+               "(softmax-inl.h) on CPU and GPU, both following the variable",
     "_contrib_ROIAlign": "slow: 31x (Faster R-CNN), but the GPU kernel interpolates in "
                          "float16 arithmetic step by step",
     "_contrib_box_nms": "slow: 2.2x, but the GPU computes the overlaps in float16",
@@ -187,6 +193,17 @@ NOT_EMULATED = {
                                  "dtype is not verified, so the native float16 kernel stays",
     "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
                                      "_contrib_BilinearResize2D",
+    # from gluonnlp's BERT and Transformer (tests/test_emulation_nlp.py). Each CPU float16
+    # kernel is the GPU's template with the same dtypes, so it computes what the GPU does.
+    "LayerNorm": "slow: 6.5x, but for float16 the GPU accumulates in float16 unless "
+                 "MXNET_SAFE_ACCUMULATION=1 (layer_norm.cu: AType = safe_acc ? float : DType); "
+                 "the CPU kernel accumulates in float16 whatever the variable says (under AMP "
+                 "LayerNorm runs in float32)",
+    "_contrib_div_sqrt_dim": "slow: 8x, but one template on CPU and GPU (transformer-inl.h): "
+                             "in / DType(sqrt(d)), a float16 divisor; float32 would change it",
+    "erf": "slow: 4.3x; math::erf in float32, one rounding; erf_grad squares in float16 "
+           "first (exp(-(a * a))), on the GPU too, so float32 would change the gradient",
+    "where": "slow: 2.8x; a select, exact in any dtype",
     "amp_cast": "gap: its oneDNN kernel fails on float64 and int64 ('unknown type for MKLDNN "
                 ":1' / ':6'), never on float16 <-> float32, the only casts AMP and the "
                 "emulation insert",
