@@ -162,8 +162,8 @@ AMP_OPS = {
 ZOO_OPS = {}
 
 # Not emulated, with the reason. Measured slow, but float32 arithmetic would change the
-# numerics a GPU produces ("slow:" entries, backed by benchmarks/op_survey.json), or a gap that
-# float16 never reaches ("gap:" entries).
+# numerics a GPU produces ("slow:" entries, backed by benchmarks/op_survey.json; "same:"
+# entries, checked against the GPU's source), or a gap that float16 never reaches ("gap:").
 NOT_EMULATED = {
     "log_softmax": "slow: 19.5x at scale, but it accumulates in float16 unless "
                    "MXNET_SAFE_ACCUMULATION=1",
@@ -193,17 +193,19 @@ NOT_EMULATED = {
                                  "dtype is not verified, so the native float16 kernel stays",
     "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
                                      "_contrib_BilinearResize2D",
-    # from gluonnlp's BERT and Transformer (tests/test_emulation_nlp.py). Each CPU float16
-    # kernel is the GPU's template with the same dtypes, so it computes what the GPU does.
-    "LayerNorm": "slow: 6.5x, but for float16 the GPU accumulates in float16 unless "
+    # "same:" entries, from gluonnlp's BERT and Transformer (tests/test_emulation_nlp.py): the
+    # CPU float16 kernel is the GPU's template with the same dtypes, so it computes what the GPU
+    # does; the slowdowns (forward+backward, 8x64x256 float16 against float32, 2-core AMD EPYC)
+    # were measured for issue 37, not by benchmarks/op_survey.py.
+    "LayerNorm": "same: 6.5x slower, but for float16 the GPU accumulates in float16 unless "
                  "MXNET_SAFE_ACCUMULATION=1 (layer_norm.cu: AType = safe_acc ? float : DType); "
                  "the CPU kernel accumulates in float16 whatever the variable says (under AMP "
                  "LayerNorm runs in float32)",
-    "_contrib_div_sqrt_dim": "slow: 8x, but one template on CPU and GPU (transformer-inl.h): "
+    "_contrib_div_sqrt_dim": "same: 8x slower, but one template on CPU and GPU (transformer-inl.h): "
                              "in / DType(sqrt(d)), a float16 divisor; float32 would change it",
-    "erf": "slow: 4.3x; math::erf in float32, one rounding; erf_grad squares in float16 "
+    "erf": "same: 4.3x slower; math::erf in float32, one rounding; erf_grad squares in float16 "
            "first (exp(-(a * a))), on the GPU too, so float32 would change the gradient",
-    "where": "slow: 2.8x; a select, exact in any dtype",
+    "where": "same: 2.8x slower; a select, exact in any dtype",
     "amp_cast": "gap: its oneDNN kernel fails on float64 and int64 ('unknown type for MKLDNN "
                 ":1' / ':6'), never on float16 <-> float32, the only casts AMP and the "
                 "emulation insert",
