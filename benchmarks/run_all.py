@@ -59,6 +59,9 @@ SUITES = [
      "gluoncv zoo to float16 ONNX: checked, validated in onnxruntime; file size, ORT CPU time"),
     ("ssd_step", "ssd_step.py", ["--rounds", "7", "--steps", "10"], ["--rounds", "2", "--steps", "2"],
      "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
+    ("bert_step", "bert_step.py", ["--rounds", "7", "--steps", "5"],
+     ["--rounds", "2", "--steps", "2"],
+     "gluonnlp BERT classifier: emulated AMP step / float32 step (needs gluonnlp)"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training, digits accuracy"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
@@ -86,6 +89,8 @@ HOW = {
     "ssd_step": "two persistent worker processes per comparison time blocks of steps in "
                 "alternation; ratio per round; median and min-max over the rounds; the time "
                 "split from one mx.profiler pass (aggregate stats, bulk execution off)",
+    "bert_step": "two persistent worker processes (float32, emulated AMP) time blocks of "
+                 "steps in alternation; ratio per round; median and min-max over the rounds",
     "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
                 "ratio float32/bfloat16 per round; median and min-max over the rounds",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
@@ -168,6 +173,7 @@ def _fig(suite, workload, figure, value, unit, lo=None, hi=None, absolute="", **
 _SIDE_BY_SIDE = {
     "emulation": ("emulated AMP step / float32 step (CPU)", "float32", "emulated"),
     "overhead": ("mxmixed step / raw mxnet.contrib.amp step", "raw amp", "mxmixed"),
+    "bert_step": ("emulated AMP step / float32 step (CPU)", "float32", "emulated"),
 }
 
 
@@ -177,6 +183,10 @@ def figures(suite, raw):
     if suite in _SIDE_BY_SIDE:
         title, base, variant = _SIDE_BY_SIDE[suite]
         for r in raw:
+            if r.get("skipped"):
+                out.append(_fig(suite, r["workload"], title, None, "x", absolute=r["skipped"],
+                                skipped=True))
+                continue
             out.append(_fig(suite, r["workload"], title,
                             r["ratio_median"], "x", r["ratio_min"], r["ratio_max"],
                             "%s %.4f s/step, %s %.4f s/step" % (

@@ -60,8 +60,10 @@ FLOAT16_STEPS = "float16 arithmetic step by step"
 
 _BN_AUX = (3, 4)  # moving_mean, moving_var: updated in place, always float32
 _NO_GEMM = "no CPU float16 kernel: 'FP16 gemm on cpu not implemented!'"
+_NO_FP16_TRANSFORMER = "no CPU float16 kernel: 'Only FP32 is supported on CPU at the moment'"
 
-# Group 1: AMP's float16 list plus dot/batch_dot. No CPU float16 kernel exists in 1.9.1.
+# Group 1: AMP's float16 list plus dot/batch_dot and the interleaved attention GEMMs.
+# No CPU float16 kernel exists in 1.9.1.
 GEMM_OPS = {
     # GPU: linalg_gemm (cuBLAS, float32 compute) into the float16 output, then
     # AddBias -> add_bias_kernel<half_t> adds the bias in float16 (fully_connected-inl.h).
@@ -90,6 +92,27 @@ GEMM_OPS = {
                   ONE_ROUNDING),
     "batch_dot": OpSpec("no CPU float16 kernel: dtype check fails in batch_dot", (), None,
                         True, ONE_ROUNDING),
+    # Transformer attention (gluonnlp's BERT: selfatt_qk/valatt; encdec_qk/valatt). GPU
+    # (src/operator/contrib/transformer.cu, 1.9.1): every forward and backward GEMM is
+    # gemm_switch_fp32accum -> CublasStridedBatchedGemm -> cublasGemmStridedBatchedEx with
+    # float16 A, B and C, computeType CUDA_R_32F (pseudoFP16: CublasType<half>::ScaleType is
+    # float; MXNET_FC_TRUE_FP16=1 would switch to float16 compute) and
+    # CUBLAS_GEMM_DEFAULT_TENSOR_OP. The qk ops' scale, 1/sqrt(head_dim) in float
+    # ("const float scale = 1.0 / sqrt(static_cast<float>(head_dim))"), is the GEMM's float32
+    # alpha ("gemm_switch_fp32accum(s, true, false, ..., scale, queries_keys_values +
+    # head_dim, ...)"): applied to the float32 accumulator, not to a float16 query, then one
+    # rounding. The backward GEMMs use the same alpha; each gradient region (q, k, v of the
+    # interleaved input) is written by one GEMM (the rest memset to 0), so one rounding each.
+    # The CPU float32 kernel (transformer.cc, strided_batch_sgemm with the same alpha) is the
+    # same arithmetic in float32: the emulation is float32 math on float16 operands, rounded.
+    "_contrib_interleaved_matmul_selfatt_qk": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                     ONE_ROUNDING),
+    "_contrib_interleaved_matmul_selfatt_valatt": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                         ONE_ROUNDING),
+    "_contrib_interleaved_matmul_encdec_qk": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                    ONE_ROUNDING),
+    "_contrib_interleaved_matmul_encdec_valatt": OpSpec(_NO_FP16_TRANSFORMER, (), None, True,
+                                                        ONE_ROUNDING),
 }
 
 # Group 2: ops the tutorials and gluoncv models use whose CPU float16 kernel is more than
@@ -139,8 +162,8 @@ AMP_OPS = {
 ZOO_OPS = {}
 
 # Not emulated, with the reason. Measured slow, but float32 arithmetic would change the
-# numerics a GPU produces ("slow:" entries, backed by benchmarks/op_survey.json), or a gap that
-# float16 never reaches ("gap:" entries).
+# numerics a GPU produces ("slow:" entries, backed by benchmarks/op_survey.json; "same:"
+# entries, checked against the GPU's source), or a gap that float16 never reaches ("gap:").
 NOT_EMULATED = {
     "log_softmax": "slow: 19.5x at scale, but it accumulates in float16 unless "
                    "MXNET_SAFE_ACCUMULATION=1",
@@ -148,12 +171,18 @@ NOT_EMULATED = {
             "65504 whatever MXNET_SAFE_ACCUMULATION says; float32 arithmetic would hide that",
     "_mul_scalar": "slow: 5.7x, but the GPU casts the scalar to float16 first (1e-8 becomes 0)",
     "Dropout": "slow: 5.5x, but the mask holds round16(1/keep_prob), not 1/keep_prob",
-    "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16",
+    "Embedding": "slow: backward 5.4x, but its weight gradient is accumulated in float16 "
+                 "(AddTakeGrad in DType, on the GPU too); the forward is an exact gather. Gap: "
+                 "the CPU's row_sparse backward (sparse_grad=True) refuses float16, the GPU's "
+                 "adds in float16; not emulated (under AMP the weight is float32)",
     # from the model-zoo survey (benchmarks/op_survey_zoo.json)
     "LeakyReLU": "slow: 60x (YOLOv3), but the GPU casts the slope to float16 before it "
-                 "multiplies (DType(slope)), as for _mul_scalar",
+                 "multiplies (DType(slope)), as for _mul_scalar. gelu (BERT, 19x): "
+                 "mshadow_op::gelu is float32 erf math rounded once on CPU and GPU alike; the "
+                 "float32 route would run oneDNN's gelu, further from that formula",
     "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
-               "MXNET_SAFE_ACCUMULATION=1",
+               "MXNET_SAFE_ACCUMULATION=1, with use_length (BERT) too: one template "
+               "(softmax-inl.h) on CPU and GPU, both following the variable",
     "_contrib_ROIAlign": "slow: 31x (Faster R-CNN), but the GPU kernel interpolates in "
                          "float16 arithmetic step by step",
     "_contrib_box_nms": "slow: 2.2x, but the GPU computes the overlaps in float16",
@@ -164,6 +193,19 @@ NOT_EMULATED = {
                                  "dtype is not verified, so the native float16 kernel stays",
     "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
                                      "_contrib_BilinearResize2D",
+    # "same:" entries, from gluonnlp's BERT and Transformer (tests/test_emulation_nlp.py): the
+    # CPU float16 kernel is the GPU's template with the same dtypes, so it computes what the GPU
+    # does; the slowdowns (forward+backward, 8x64x256 float16 against float32, 2-core AMD EPYC)
+    # were measured for issue 37, not by benchmarks/op_survey.py.
+    "LayerNorm": "same: 6.5x slower, but for float16 the GPU accumulates in float16 unless "
+                 "MXNET_SAFE_ACCUMULATION=1 (layer_norm.cu: AType = safe_acc ? float : DType); "
+                 "the CPU kernel accumulates in float16 whatever the variable says (under AMP "
+                 "LayerNorm runs in float32)",
+    "_contrib_div_sqrt_dim": "same: 8x slower, but one template on CPU and GPU (transformer-inl.h): "
+                             "in / DType(sqrt(d)), a float16 divisor; float32 would change it",
+    "erf": "same: 4.3x slower; math::erf in float32, one rounding; erf_grad squares in float16 "
+           "first (exp(-(a * a))), on the GPU too, so float32 would change the gradient",
+    "where": "same: 2.8x slower; a select, exact in any dtype",
     "amp_cast": "gap: its oneDNN kernel fails on float64 and int64 ('unknown type for MKLDNN "
                 ":1' / ':6'), never on float16 <-> float32, the only casts AMP and the "
                 "emulation insert",

@@ -52,6 +52,21 @@ GRAPHS = {
     "clip": (lambda: mx.sym.clip(V("data"), 0, 6, name="clip"), {"data": (2, 5)}),
     "amp_multicast": (lambda: mx.sym.amp_multicast(V("a"), V("b"), num_outputs=2, name="mc"),
                       {"a": (2, 5), "b": (2, 5)}),
+    "_contrib_interleaved_matmul_selfatt_qk": (
+        lambda: mx.sym.contrib.interleaved_matmul_selfatt_qk(V("qkv"), heads=2, name="qk"),
+        {"qkv": (5, 2, 24)}),
+    "_contrib_interleaved_matmul_selfatt_valatt": (
+        lambda: mx.sym.contrib.interleaved_matmul_selfatt_valatt(V("qkv"), V("att"), heads=2,
+                                                                 name="valatt"),
+        {"qkv": (5, 2, 24), "att": (4, 5, 5)}),
+    "_contrib_interleaved_matmul_encdec_qk": (
+        lambda: mx.sym.contrib.interleaved_matmul_encdec_qk(V("q"), V("kv"), heads=2,
+                                                            name="encqk"),
+        {"q": (5, 2, 8), "kv": (7, 2, 16)}),
+    "_contrib_interleaved_matmul_encdec_valatt": (
+        lambda: mx.sym.contrib.interleaved_matmul_encdec_valatt(V("kv"), V("att"), heads=2,
+                                                                name="encvalatt"),
+        {"kv": (7, 2, 16), "att": (4, 5, 7)}),
 }
 
 

@@ -353,6 +353,131 @@ def test_batch_dot_matches_float64_reference(transpose_a, transpose_b, emu, repo
            compare(out, *ref_dot(a, b, transpose_a, transpose_b)))
 
 
+# ------------------------------------------------------------------------ attention GEMMs
+# MXNet 1.9.1's interleaved attention ops (transformer.cu): strided-batched cuBLAS GEMMs,
+# float16 operands, float32 compute, the qk ops' 1/sqrt(head_dim) as the GEMM's float32
+# alpha, one rounding; each gradient is one such GEMM too. Layouts: selfatt's input is
+# (T, B, heads * 3 * D) with q, k, v interleaved per head; encdec's queries (Tq, B, heads * D),
+# keys_values (Tk, B, heads * 2 * D) interleaved per head; scores (B * heads, Tq, Tk).
+HEADS, BATCH = 2, 3
+
+
+def _heads(x, parts):
+    """(T, B, heads * parts * D) -> parts arrays of (B * heads, T, D), in float64."""
+    t, b, width = x.shape
+    x = f64(x).reshape(t, b, HEADS, parts, width // (HEADS * parts))
+    return [np.ascontiguousarray(x[:, :, :, p, :].transpose(1, 2, 0, 3)).reshape(
+        b * HEADS, t, -1) for p in range(parts)]
+
+
+def _merge(y):
+    """(B * heads, T, D) -> (T, B, heads * D)."""
+    bh, t, d = y.shape
+    return y.reshape(bh // HEADS, HEADS, t, d).transpose(2, 0, 1, 3).reshape(t, bh // HEADS, -1)
+
+
+def _interleave(parts, which):
+    """Gradients of some parts, zeros for the others, back in the interleaved layout."""
+    bh, t, d = next(p for p in parts if p is not None).shape
+    full = np.zeros((t, bh // HEADS, HEADS, len(parts), d))
+    for p, g in enumerate(parts):
+        if g is not None:
+            full[:, :, :, p, :] = g.reshape(bh // HEADS, HEADS, t, d).transpose(2, 0, 1, 3)
+    return full.reshape(t, bh // HEADS, -1), which
+
+
+def _gemm(a, b, scale=1.0):
+    """``scale * a @ b`` batched, its magnitude sum and term count (one extra: the alpha)."""
+    return scale * (a @ b), scale * (np.abs(a) @ np.abs(b)), a.shape[-1] + 1
+
+
+def _scale(d):
+    return float(np.float32(1.0 / np.sqrt(np.float32(d))))
+
+
+def ref_selfatt_qk(qkv, g):
+    q, k, _ = _heads(qkv, 3)
+    s = _scale(q.shape[-1])
+    g = f64(g)
+    out = _gemm(q, k.transpose(0, 2, 1), s)
+    dq, dk = _gemm(g, k, s), _gemm(g.transpose(0, 2, 1), q, s)
+    grad = [_interleave([x[i] for x in (dq, dk)] + [None], 0)[0] for i in range(2)]
+    return out, [(grad[0], grad[1], dq[2])]
+
+
+def ref_selfatt_valatt(qkv, att, g):
+    _, _, v = _heads(qkv, 3)
+    att, g = f64(att), _heads(g, 1)[0]
+    out = _gemm(att, v)
+    dv, datt = _gemm(att.transpose(0, 2, 1), g), _gemm(g, v.transpose(0, 2, 1))
+    dqkv = [_interleave([None, None, dv[i]], 0)[0] for i in range(2)]
+    return tuple(_merge(x) for x in out[:2]) + (out[2],), [(dqkv[0], dqkv[1], dv[2]), datt]
+
+
+def ref_encdec_qk(q, kv, g):
+    q, (k, _) = _heads(q, 1)[0], _heads(kv, 2)
+    s, g = _scale(q.shape[-1]), f64(g)
+    out = _gemm(q, k.transpose(0, 2, 1), s)
+    dq, dk = _gemm(g, k, s), _gemm(g.transpose(0, 2, 1), q, s)
+    dkv = [_interleave([dk[i], None], 0)[0] for i in range(2)]
+    return out, [(_merge(dq[0]), _merge(dq[1]), dq[2]), (dkv[0], dkv[1], dk[2])]
+
+
+def ref_encdec_valatt(kv, att, g):
+    _, v = _heads(kv, 2)
+    att, g = f64(att), _heads(g, 1)[0]
+    out = _gemm(att, v)
+    dv, datt = _gemm(att.transpose(0, 2, 1), g), _gemm(g, v.transpose(0, 2, 1))
+    dkv = [_interleave([None, dv[i]], 0)[0] for i in range(2)]
+    return tuple(_merge(x) for x in out[:2]) + (out[2],), [(dkv[0], dkv[1], dv[2]), datt]
+
+
+def _attention_case(op, rng, d):
+    """Inputs (float16), the emulated op, its reference; head_dim ``d``, Tq 5, Tk 7."""
+    act, att, grad = (-20.0, 4.0), (-20.0, 0.0), (-20.0, 2.0)
+    contrib = mx.nd.contrib
+    if op == "selfatt_qk":
+        qkv = wide_random(rng, (5, BATCH, HEADS * 3 * d), act)
+        g = wide_random(rng, (BATCH * HEADS, 5, 5), grad)
+        return [qkv], g, lambda x: contrib.interleaved_matmul_selfatt_qk(x, heads=HEADS), \
+            ref_selfatt_qk(qkv, g)
+    if op == "selfatt_valatt":
+        qkv = wide_random(rng, (7, BATCH, HEADS * 3 * d), act)
+        a = wide_random(rng, (BATCH * HEADS, 7, 7), att)
+        g = wide_random(rng, (7, BATCH, HEADS * d), grad)
+        return [qkv, a], g, lambda x, y: contrib.interleaved_matmul_selfatt_valatt(
+            x, y, heads=HEADS), ref_selfatt_valatt(qkv, a, g)
+    if op == "encdec_qk":
+        q = wide_random(rng, (5, BATCH, HEADS * d), act)
+        kv = wide_random(rng, (7, BATCH, HEADS * 2 * d), act)
+        g = wide_random(rng, (BATCH * HEADS, 5, 7), grad)
+        return [q, kv], g, lambda x, y: contrib.interleaved_matmul_encdec_qk(
+            x, y, heads=HEADS), ref_encdec_qk(q, kv, g)
+    kv = wide_random(rng, (7, BATCH, HEADS * 2 * d), act)
+    a = wide_random(rng, (BATCH * HEADS, 5, 7), att)
+    g = wide_random(rng, (5, BATCH, HEADS * d), grad)
+    return [kv, a], g, lambda x, y: contrib.interleaved_matmul_encdec_valatt(
+        x, y, heads=HEADS), ref_encdec_valatt(kv, a, g)
+
+
+@pytest.mark.parametrize("head_dim", [4, 6])  # scale 0.5 exactly; float32(1/sqrt(6))
+@pytest.mark.parametrize("op", ["selfatt_qk", "selfatt_valatt", "encdec_qk", "encdec_valatt"])
+def test_interleaved_attention_matches_float64_reference(op, head_dim, emu, report):
+    rng = np.random.RandomState(11 + head_dim)
+    inputs, g, call, (out_ref, grad_refs) = _attention_case(op, rng, head_dim)
+    arrays = [nd16(x) for x in inputs]
+    for a in arrays:
+        a.attach_grad()
+    with mx.autograd.record():
+        out = call(*arrays)
+    out.backward(nd16(g))
+    name = "interleaved_" + op
+    assert out.dtype == F16
+    report(name, "d=%d forward" % head_dim, compare(out.asnumpy(), *out_ref))
+    for k, (a, ref) in enumerate(zip(arrays, grad_refs)):
+        assert a.grad.dtype == F16
+        report(name, "d=%d grad %d" % (head_dim, k), compare(a.grad.asnumpy(), *ref))
+
 # ------------------------------------------------------------------------ range limits
 def test_partial_sums_beyond_float16_range_stay_finite_with_float32_accumulation(emu):
     # 60000 + 60000 - 60000 - 30000: a float16 accumulator overflows to inf after the second

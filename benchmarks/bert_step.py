@@ -1,0 +1,102 @@
+"""Cost of CPU float16 emulation on a BERT training step: emulated AMP step / float32 step.
+
+The workload is gluonnlp 0.10.0's ``BERTClassifier`` built from its classes with random weights
+(2 layers, 2 heads, 128 units, feed-forward 512, sequence 64, batch 16, a vocabulary of 1000;
+nothing is downloaded), hybridized, one Adam step on a fixed batch. Its float16 attention runs
+through the emulated ``_contrib_interleaved_matmul_selfatt_*`` GEMMs. As in
+``benchmarks/emulation.py``, two persistent worker processes (float32, emulated AMP: AMP cannot
+be undone in a process) time blocks of steps in alternation; the ratio is taken per round, and
+the median with its min-max is reported. It says nothing about GPU speed.
+
+Usage: ``python benchmarks/bert_step.py [--rounds N] [--steps N] [--json PATH]``
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _workers import SETTLE, compare  # noqa: E402
+
+SETUP = SETTLE + r"""
+def setup(amp_on, batch=16, length=64, units=128, vocab_size=1000):
+    import numpy as np
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    import gluonnlp as nlp
+    if amp_on:
+        from mxnet.contrib import amp
+        from mxmixed import emulation
+        emulation.enable()
+        amp.init()
+    mx.random.seed(0)
+    encoder = nlp.model.BERTEncoder(num_layers=2, units=units, hidden_size=4 * units,
+                                    max_length=length, num_heads=2, dropout=0.0)
+    bert = nlp.model.BERTModel(encoder, vocab_size=vocab_size, token_type_vocab_size=2,
+                               units=units, embed_size=units, use_pooler=True,
+                               use_decoder=False, use_classifier=False)
+    net = nlp.model.BERTClassifier(bert, num_classes=2, dropout=0.0)
+    net.initialize(mx.init.Normal(0.02))
+    net.hybridize(static_alloc=True, static_shape=True)
+    rng = np.random.RandomState(0)
+    tokens = mx.nd.array(rng.randint(0, vocab_size, size=(batch, length)))
+    types = mx.nd.zeros((batch, length))
+    valid = mx.nd.array(rng.randint(length // 2, length + 1, size=batch))
+    y = mx.nd.array(rng.randint(0, 2, size=batch))
+    trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 1e-4},
+                            update_on_kvstore=False)
+    if amp_on:
+        amp.init_trainer(trainer)
+    loss_fn = gluon.loss.SoftmaxCELoss()
+
+    def step():
+        with autograd.record():
+            loss = loss_fn(net(tokens, types, valid), y)
+            if amp_on:
+                with amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+        if not amp_on:
+            loss.backward()
+        trainer.step(batch)
+    if amp_on:
+        settle(step, trainer)
+    return step
+"""
+
+
+def run(rounds=5, steps=5):
+    """Measure the BERT step; a list with one result dict (or one saying why it was skipped)."""
+    if importlib.util.find_spec("gluonnlp") is None:
+        return [{"workload": "gluonnlp BERTClassifier", "skipped": "gluonnlp is not installed "
+                 "(pip install gluonnlp==0.10.0, the nlp extra)"}]
+    figure = compare(SETUP, {"amp_on": False}, {"amp_on": True}, rounds=rounds, steps=steps)
+    figure.update({"workload": "gluonnlp BERTClassifier, 2x128, seq 64, batch 16",
+                   "figure": "emulated AMP step / float32 step (CPU)", "goal": None})
+    return [figure]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    results = run(args.rounds, args.steps)
+    print("CPU float16 emulation cost (numerics, not speed): emulated AMP step / float32 step")
+    print("%-50s %10s %11s %8s %15s" % ("workload", "float32 s", "emulated s", "ratio", "spread"))
+    for r in results:
+        if "skipped" in r:
+            print("%-50s skipped: %s" % (r["workload"], r["skipped"]))
+            continue
+        print("%-50s %10.4f %11.4f %7.2fx %7.2f-%.2fx" % (
+            r["workload"], r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
+            r["ratio_min"], r["ratio_max"]))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
