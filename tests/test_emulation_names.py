@@ -52,6 +52,22 @@ GRAPHS = {
     "clip": (lambda: mx.sym.clip(V("data"), 0, 6, name="clip"), {"data": (2, 5)}),
     "amp_multicast": (lambda: mx.sym.amp_multicast(V("a"), V("b"), num_outputs=2, name="mc"),
                       {"a": (2, 5), "b": (2, 5)}),
+    # gluonnlp's fused attention: (seq, batch, 3 * units) projections, 2 heads
+    "_contrib_interleaved_matmul_selfatt_qk": (
+        lambda: mx.sym.contrib.interleaved_matmul_selfatt_qk(V("qkv"), heads=2, name="qk"),
+        {"qkv": (3, 2, 12)}),
+    "_contrib_interleaved_matmul_selfatt_valatt": (
+        lambda: mx.sym.contrib.interleaved_matmul_selfatt_valatt(V("qkv"), V("att"), heads=2,
+                                                                 name="valatt"),
+        {"qkv": (3, 2, 12), "att": (4, 3, 3)}),
+    "_contrib_interleaved_matmul_encdec_qk": (
+        lambda: mx.sym.contrib.interleaved_matmul_encdec_qk(V("q"), V("kv"), heads=2,
+                                                            name="edqk"),
+        {"q": (3, 2, 4), "kv": (5, 2, 8)}),
+    "_contrib_interleaved_matmul_encdec_valatt": (
+        lambda: mx.sym.contrib.interleaved_matmul_encdec_valatt(V("kv"), V("att"), heads=2,
+                                                                name="edvalatt"),
+        {"kv": (5, 2, 8), "att": (4, 3, 5)}),
 }
 
 

@@ -91,6 +91,17 @@ GEMM_OPS = {
     "batch_dot": OpSpec("no CPU float16 kernel: dtype check fails in batch_dot", (), None,
                         True, ONE_ROUNDING),
 }
+# The fused attention GEMMs of gluonnlp's BERT and Transformer: in none of AMP's lists, so a
+# converted BERT runs them in float16 (they read float16 projections), and their CPU kernels
+# are float32 only ("Only FP32 is supported on CPU at the moment", transformer.cc). On a GPU
+# they are cuBLAS strided batched GEMMs with float32 compute (transformer.cu), the scale
+# applied as the GEMM's alpha: one rounding of the float16 output.
+_NO_ATTENTION_KERNEL = "no CPU float16 kernel: 'Only FP32 is supported on CPU' (transformer.cc)"
+GEMM_OPS.update({op: OpSpec(_NO_ATTENTION_KERNEL, (), None, True, ONE_ROUNDING)
+                 for op in ("_contrib_interleaved_matmul_selfatt_qk",
+                            "_contrib_interleaved_matmul_selfatt_valatt",
+                            "_contrib_interleaved_matmul_encdec_qk",
+                            "_contrib_interleaved_matmul_encdec_valatt")})
 
 # Group 2: ops the tutorials and gluoncv models use whose CPU float16 kernel is more than
 # 2x slower than float32, measured by benchmarks/op_survey.py (forward+backward, 2-core CI
