@@ -37,7 +37,15 @@ from .graph import (DETECTION_OPS, Graph, GraphTypeError, as_graph, cast_node, d
                     infer_types, var_dtype)
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
-           "param_types_after"]
+           "param_types_after", "NO_BFLOAT16_CPU_OPS"]
+
+# Ops in none of AMP's bfloat16 lists whose CPU kernels are float32 only ("Only FP32 is
+# supported on CPU", transformer.cc): after a FullyConnected in bfloat16 they would get
+# bfloat16 inputs, so a bfloat16 conversion keeps them float32 (gluonnlp's attention).
+NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
+                       "_contrib_interleaved_matmul_selfatt_valatt",
+                       "_contrib_interleaved_matmul_encdec_qk",
+                       "_contrib_interleaved_matmul_encdec_valatt")
 
 
 class ConversionError(ValueError):
