@@ -21,6 +21,7 @@ does), down to float16 for the ops of MXNet's float16 list (Convolution, FullyCo
 Nodes named in ``forced`` always compute in float32, with float32 weights. The fast path, a
 graph that already type-checks, is never touched.
 """
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -36,7 +37,15 @@ from .graph import (DETECTION_OPS, Graph, GraphTypeError, as_graph, cast_node, d
                     infer_types, var_dtype)
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
-           "param_types_after"]
+           "param_types_after", "NO_BFLOAT16_CPU_OPS"]
+
+# Ops in none of AMP's bfloat16 lists whose CPU kernels are float32 only ("Only FP32 is
+# supported on CPU", transformer.cc): after a FullyConnected in bfloat16 they would get
+# bfloat16 inputs, so a bfloat16 conversion keeps them float32 (gluonnlp's attention).
+NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
+                       "_contrib_interleaved_matmul_selfatt_valatt",
+                       "_contrib_interleaved_matmul_encdec_qk",
+                       "_contrib_interleaved_matmul_encdec_valatt")
 
 
 class ConversionError(ValueError):
@@ -252,13 +261,59 @@ def _amp_pass(sym, target, excluded, data_names, params, cast_optional, op_lists
                              **(op_lists or {}))
 
 
+# Where MXNet's own pass stops on a node it left with inputs of two dtypes (bfloat16's lists are
+# short, so ops such as Concat or interleaved_matmul_selfatt_valatt are in none of them):
+# "Incompatible attr in node NAME at 1-th input" or "in operator NAME: in_type->at(i)"
+_REFUSED_NODE = (re.compile(r"Incompatible attr in node (\S+) at \d+-th"),
+                 re.compile(r"in operator ([^\s:]+):"),
+                 re.compile(r"Non-uniform data type in (\S+?)[,:.\s]"))
+_MAX_REFUSED = 1000
+
+
+def _refused_node(err, layers):
+    """The node MXNet's pass names in ``err`` (a layer of the graph), or None."""
+    text = str(err)
+    for pattern in _REFUSED_NODE:
+        for match in pattern.finditer(text):
+            if match.group(1) in layers:
+                return match.group(1)
+    return None
+
+
+def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, op_lists):
+    """MXNet's pass; where it stops on a node with mismatched inputs, that node is kept float32
+    (``excluded_sym_names``: its inputs are cast up, as settling does) and the pass runs again.
+
+    Returns the pass's result and the nodes kept float32 that way (in the order met).
+    """
+    layers = {n["name"] for n in Graph(sym).nodes if n["op"] != "null"}
+    refused = []
+    while True:
+        try:
+            return _amp_pass(sym, target, sorted(set(excluded) | set(refused)), data_names,
+                             params, cast_optional, op_lists), refused
+        except (AssertionError, ValueError, mx.base.MXNetError) as err:
+            node = _refused_node(err, layers)
+            if node is None or node in refused or node in excluded \
+                    or len(refused) >= _MAX_REFUSED:
+                where = (" (at node %r, %s)" % (node, _op_of(sym, node))) if node else ""
+                raise ConversionError("MXNet cannot convert this graph%s: %s"
+                                      % (where, errors.one_line(err))) from None
+            refused.append(node)
+
+
+def _op_of(sym, name):
+    ops = [n["op"] for n in Graph(sym).nodes if n["name"] == name]
+    return ops[0] if ops else "?"
+
+
 def _types_check(sym, known):
     graph = Graph(sym)
     graph.entry_dtypes(graph.consumed_entries(), known)
 
 
 def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
-                  aux_params=None, cast_optional_params=False, op_lists=None):
+                  aux_params=None, cast_optional_params=False, op_lists=None, data_types=None):
     """Convert a float32 graph to AMP, settled where MXNet's pass leaves it untyped.
 
     Parameters
@@ -278,6 +333,10 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
         Store params in the target dtype where only target-dtype ops use them (with params).
     op_lists : dict, optional
         ``target_dtype_ops``, ``fp32_ops``, ``conditional_fp32_ops`` for MXNet's pass.
+    data_types : dict of str to numpy.dtype, optional
+        Dtypes of data inputs that are not float32 (integer token ids, lengths): the type
+        checks and the settling use them, so no cast is put on them. MXNet's pass itself
+        assumes float32 data; its ``amp_cast`` passes integers through unchanged.
 
     Returns
     -------
@@ -289,7 +348,8 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
         When MXNet cannot convert the graph, or no cast makes a node's inputs agree.
     """
     params = None if arg_params is None else (arg_params, aux_params or {})
-    data_types = {n: FLOAT32 for n in data_names}
+    data_types = dict({n: FLOAT32 for n in data_names},
+                      **{n: np.dtype(t) for n, t in (data_types or {}).items() if n in data_names})
     # converted alone, a graph keeps float32 params, cast where they are used
     float32_params = {n: FLOAT32 for n in sym.list_inputs() if n not in data_types}
     try:
@@ -302,18 +362,15 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
         return AmpGraph(new_sym, new_args, new_auxs)
     except (AssertionError, ValueError, mx.base.MXNetError, GraphTypeError) as err:
         first = err.reason if isinstance(err, GraphTypeError) else errors.one_line(err)
-    try:
-        new_sym, new_args, new_auxs = _amp_pass(sym, target, [], data_names, params,
-                                                cast_optional_params, op_lists)
-    except (AssertionError, ValueError, mx.base.MXNetError) as err:
-        raise ConversionError("MXNet cannot convert this graph: %s"
-                              % errors.one_line(err)) from None
+    (new_sym, new_args, new_auxs), refused = _amp_pass_settled(
+        sym, target, [], data_names, params, cast_optional_params, op_lists)
     graph = Graph(new_sym)
     if params is None:
         param_types = float32_params
     else:
         param_types = param_types_after(graph, new_args, new_auxs)
     settled, widened, fp32_params = settle(graph, set(forced), param_types, data_types, target)
+    widened = [n for n in refused if n not in forced] + [n for n in widened if n not in refused]
     for name in fp32_params:
         if params is not None and name in new_args:
             new_args[name] = params[0][name]

@@ -84,15 +84,60 @@ def add_parser(sub):
                       help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T "
                            "(float16 only)")
     samples = conv.add_mutually_exclusive_group()
-    samples.add_argument("--inputs", metavar="FILE.npy",
-                         help="samples (N, ...) for --validate and the search")
+    samples.add_argument("--inputs", metavar="FILE.npy|FILE.npz",
+                         help="samples (N, ...) for --validate and the search: one .npy array "
+                              "for a graph with one data input, or a .npz of one array per "
+                              "data input, named as in PREFIX-symbol.json (e.g. data0, data1, "
+                              "data2 of a gluonnlp BERT), all with N samples; integer arrays "
+                              "(token ids) are passed as int32, the others as float32")
     samples.add_argument("--input-shape", type=parse_shape, metavar="C,H,W",
                          help="shape of one sample, for random uniform [0, 1) samples")
+    samples.add_argument("--input", action="append", type=input_spec, dest="input_specs",
+                         metavar="NAME:SHAPE[:DTYPE[:HIGH]]",
+                         help="random samples for the data input NAME, once per data input: "
+                              "SHAPE of one sample (comma-separated, empty for a scalar per "
+                              "sample), DTYPE float32 (default) or int32, values in [0, HIGH): "
+                              "uniform floats (HIGH default 1) or integers (HIGH required), "
+                              "e.g. a BERT: --input data0:128:int32:30522 --input "
+                              "data1:128:int32:2 --input data2::float32:128")
     conv.add_argument("--batch-size", type=int_at_least(1), default=8,
                       help="batch size of validation and search")
     conv.add_argument("--seed", type=int_at_least(0), default=0,
                       help="seed of the random samples")
     conv.set_defaults(func=command)
+
+
+_SPEC_DTYPES = ("float32", "int32")
+
+
+def input_spec(text):
+    """``NAME:SHAPE[:DTYPE[:HIGH]]`` of ``--input``, as ``(name, shape, dtype, high)``."""
+    parts = text.split(":")
+    if len(parts) < 2 or len(parts) > 4 or not parts[0]:
+        raise argparse.ArgumentTypeError("%r is not NAME:SHAPE[:DTYPE[:HIGH]] (e.g. "
+                                         "data0:128:int32:30522, data2::float32)" % text)
+    name, shape = parts[0], parts[1]
+    shape = parse_shape(shape) if shape else ()
+    dtype_name = parts[2] if len(parts) > 2 and parts[2] else "float32"
+    if dtype_name not in _SPEC_DTYPES:
+        raise argparse.ArgumentTypeError("%r: DTYPE must be one of %s, got %r"
+                                         % (text, ", ".join(_SPEC_DTYPES), dtype_name))
+    integer = dtype_name.startswith("int")
+    if len(parts) < 4 or not parts[3]:
+        if integer:
+            raise argparse.ArgumentTypeError("%r: an integer input needs HIGH, the values are "
+                                             "drawn in [0, HIGH) (the vocabulary size for "
+                                             "token ids: %s:%s:%s:30522)"
+                                             % (text, name, parts[1], dtype_name))
+        return name, shape, dtype_name, 1.0
+    try:
+        high = int(parts[3]) if integer else float(parts[3])
+    except ValueError:
+        high = None
+    if high is None or not high > 0 or (not integer and high == float("inf")):
+        raise argparse.ArgumentTypeError("%r: HIGH must be a positive %s, got %r"
+                                         % (text, "integer" if integer else "number", parts[3]))
+    return name, shape, dtype_name, high
 
 
 def _check_bfloat16_args(args):
@@ -126,11 +171,12 @@ def command(args):
     try:
         sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
         _check_excluded_layers(args, sym)
-        samples, shape = _convert_samples(args, symbolic, sym, arg_params, aux_params)
-        model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples)
+        samples, shape, types = _convert_samples(args, symbolic, sym, arg_params, aux_params)
+        model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples, types)
         check = exported = None
         if args.format == "onnx":
-            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params))
+            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params),
+                                            input_types=types)
             _say(exported)
         if args.validate > 0 and exported is not None:
             check = symbolic.validate_onnx((sym, arg_params, aux_params), exported, samples,
@@ -161,16 +207,17 @@ def _say(*parts):
 def _check_convert_files(args, symbolic):
     """Options that need samples, a PREFIX given as a file name, and the output location."""
     wants_samples = args.validate > 0 or args.search_tolerance is not None
-    if wants_samples and not (args.inputs or args.input_shape):
+    if wants_samples and not (args.inputs or args.input_shape or args.input_specs):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
-                       "or --input-shape C,H,W")
+                       "or --input-shape C,H,W (several data inputs: --inputs FILE.npz or "
+                       "--input NAME:SHAPE[:DTYPE[:HIGH]] per input)")
     in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
     meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
     if meant != args.prefix and not os.path.exists(in_files[0]):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
                        "did you mean %s?" % meant)
     to_onnx = args.format == "onnx"
-    if to_onnx and not (args.inputs or args.input_shape):
+    if to_onnx and not (args.inputs or args.input_shape or args.input_specs):
         raise CLIError("--format onnx needs the input shape: give --input-shape C,H,W or "
                        "--inputs FILE.npy")
     if to_onnx:
@@ -185,13 +232,19 @@ def _check_convert_files(args, symbolic):
 
 def _convert_samples(args, symbolic, sym, arg_params, aux_params):
     """The samples for calibration, validation and the search (None when none is asked),
-    and the shape of one (None when no shape is given)."""
+    the shape of one (None when no shape is given), and the dtypes of integer inputs: an
+    array and a shape, or with several named inputs a dict of arrays and one of shapes."""
     data_names = symbolic.data_inputs(sym, arg_params, aux_params)
     if not data_names:
         raise CLIError("the graph has no data input: every input is a parameter")
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if not (wants_samples or args.format == "onnx"):
-        return None, None
+        return None, None, {}
+    if args.input_specs or (args.inputs and _is_npz(args.inputs)):
+        samples, shapes = _named_samples(args, symbolic, sym, arg_params, aux_params,
+                                         args.validate or 8, strict=args.validate > 0)
+        types = {n: a.dtype for n, a in samples.items() if a.dtype.kind in "iu"}
+        return (samples if wants_samples else None), shapes, types
     shape, mapped = _sample_shape(args)
     symbolic.check_params(sym, arg_params, aux_params, source="the params",
                           data_shapes={data_names[0]: (1,) + shape})
@@ -200,8 +253,115 @@ def _convert_samples(args, symbolic, sym, arg_params, aux_params):
                  "%d samples of shape %s and a forward pass at batch size %d"
                  % (count, ",".join(map(str, shape)), args.batch_size))
     if not wants_samples:
-        return None, shape
-    return _samples(args, shape, mapped, count, strict=args.validate > 0), shape
+        return None, shape, {}
+    return _samples(args, shape, mapped, count, strict=args.validate > 0), shape, {}
+
+
+def _is_npz(path):
+    """Whether ``path`` is a .npz archive (a zip file), whatever its name."""
+    import zipfile
+
+    try:
+        return os.path.isfile(path) and zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def _graph_inputs(sym, arg_params, aux_params):
+    """The data inputs an inference run needs (labels of Module API outputs dropped)."""
+    inference = load("symbolic._inference").inference_graph(sym)
+    params = set(arg_params) | set(aux_params)
+    return inference, [n for n in inference.list_inputs() if n not in params]
+
+
+def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
+    """Samples as a dict of named arrays (from --inputs FILE.npz or --input specs), checked
+    against the graph's data inputs, and the shape of one sample of each."""
+    import numpy as np
+
+    inference, names = _graph_inputs(sym, arg_params, aux_params)
+    source = "--inputs %s" % args.inputs if args.inputs else "--input"
+    if args.inputs:
+        arrays = _npz_arrays(args.inputs, count, strict)
+    else:
+        rng = np.random.RandomState(args.seed)
+        arrays = {}
+        for name, shape, dtype_name, high in args.input_specs:
+            if name in arrays:
+                raise CLIError("--input %s is given twice; the graph's data inputs are %s"
+                               % (name, ", ".join(names)))
+            if dtype_name.startswith("int"):
+                arrays[name] = rng.randint(0, high, size=(count,) + shape).astype(dtype_name)
+            else:
+                arrays[name] = rng.uniform(0.0, high, size=(count,) + shape).astype(dtype_name)
+    unknown = [n for n in arrays if n not in names]
+    missing = [n for n in names if n not in arrays]
+    if unknown or missing:
+        raise CLIError("%s: %s; the graph's data inputs are %s (one %s each)"
+                       % (source, "no data input named %s%s" % (
+                           ", ".join(map(repr, unknown)),
+                           " (did you mean %r?)" % difflib.get_close_matches(
+                               unknown[0], names, n=1)[0]
+                           if difflib.get_close_matches(unknown[0], names, n=1) else "")
+                          if unknown else "no samples for %s" % ", ".join(missing),
+                          ", ".join(names), "array" if args.inputs else "--input"))
+    arrays = {n: arrays[n] for n in names}
+    dtypes = {n: np.dtype(a.dtype) for n, a in arrays.items()}
+    graph = load("_core.graph")
+    try:
+        graph.infer_types(inference, dtypes)
+    except graph.GraphTypeError as err:
+        raise CLIError("%s: the graph does not take these input dtypes (%s): %s; its data "
+                       "inputs are %s" % (source, ", ".join("%s %s" % (n, t.name)
+                                                           for n, t in dtypes.items()),
+                                          err.reason.rsplit("): ", 1)[-1], ", ".join(names))
+                       ) from None
+    shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
+    symbolic.check_params(sym, arg_params, aux_params, source="the params",
+                          data_shapes={n: (1,) + s for n, s in shapes.items()})
+    return arrays, shapes
+
+
+def _npz_arrays(path, count, strict):
+    """The first ``count`` samples of each array of a .npz: int32 for integers, else float32."""
+    import numpy as np
+
+    try:
+        archive = np.load(path, allow_pickle=False)
+        with archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as err:
+        raise CLIError("cannot read inputs file %s as a NumPy .npz archive: %s"
+                       % (path, str(err).splitlines()[0])) from None
+    if not arrays:
+        raise CLIError("inputs file %s is a .npz archive with no arrays" % path)
+    out = {}
+    for name, value in arrays.items():
+        if value.ndim < 1 or value.dtype.kind not in "fiub":
+            raise CLIError("inputs file %s: array %r must hold numbers, one sample per row "
+                           "(N, ...), got %s of shape %s" % (path, name, value.dtype, value.shape))
+        if len(value) < count and strict:
+            raise CLIError("inputs file %s: array %r holds %d samples, fewer than the %d asked "
+                           "for" % (path, name, len(value), count))
+        value = value[:count]
+        if value.dtype.kind in "iub":
+            if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
+                raise CLIError("inputs file %s: array %r holds integers beyond int32"
+                               % (path, name))
+            out[name] = value.astype(np.int32)
+        else:
+            value = value.astype(np.float32)
+            bad = value.size - int(np.isfinite(value).sum())
+            if bad:
+                raise CLIError("inputs file %s: array %r: %d of its %d values used are inf or "
+                               "NaN (as float32); a validation on them proves nothing"
+                               % (path, name, bad, value.size))
+            out[name] = value
+    lengths = {len(v) for v in out.values()}
+    if len(lengths) > 1:
+        raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
+                       % (path, ", ".join("%s %d" % (n, len(v)) for n, v in out.items())))
+    return out
 
 
 def _sample_shape(args):
@@ -288,7 +448,7 @@ def convert_options(symbolic, args):
                                       for field, (_, value) in OPTION_FLAGS.items()})
 
 
-def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
+def _convert_model(args, symbolic, sym, arg_params, aux_params, samples, types=None):
     """Convert (or search, then convert); print the report as soon as it exists."""
     options = convert_options(symbolic, args)
     if args.search_tolerance is not None:
@@ -301,7 +461,7 @@ def _convert_model(args, symbolic, sym, arg_params, aux_params, samples):
         return search.model
     model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
                              batch_size=args.batch_size, progress=bars_wanted(),
-                             options=options)
+                             options=options, input_types=types or None)
     print(model.report.format(verbose=args.verbose))
     sys.stdout.flush()
     return model
@@ -341,10 +501,14 @@ def _first_overflow(model, samples, args):
     import mxnet as mx
 
     diagnostics = load("diagnostics")
-    name, dtype = next(iter(model.report.input_dtypes.items()))
-    batch = mx.nd.array(samples[:args.batch_size], dtype=dtype)
+    if isinstance(samples, dict):
+        batches = {name: mx.nd.array(samples[name][:args.batch_size], dtype=dtype)
+                   for name, dtype in model.report.input_dtypes.items() if name in samples}
+    else:
+        name, dtype = next(iter(model.report.input_dtypes.items()))
+        batches = {name: mx.nd.array(samples[:args.batch_size], dtype=dtype)}
     try:
-        found = diagnostics.find_overflow_symbol(model.symbol, {name: batch}, model.arg_params,
+        found = diagnostics.find_overflow_symbol(model.symbol, batches, model.arg_params,
                                                  model.aux_params, precision="as_is")
     except (ValueError, TypeError, mx.base.MXNetError):
         return ""

@@ -13,7 +13,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._core.convert import ConversionError, convert_graph
+from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .._core.graph import CAST_OPS, DETECTION_OPS, Graph
 from ._checkpoints import check_params, data_inputs, save_checkpoint
@@ -23,7 +23,7 @@ from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_floa
 from ._options import ConvertOptions, options_from
 from ._probe import probe_layers, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
-from ._validation import split_batches
+from ._validation import batch_types, split_batches
 
 __all__ = ["convert", "ConvertedModel"]
 
@@ -88,9 +88,11 @@ def _closest(name, choices):
     return " (did you mean %r?)" % close[0] if close else ""
 
 
-def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes):
+def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes,
+                     input_types=None):
     """The one AMP conversion (:func:`mxmixed._core.convert.convert_graph`), its settling noted."""
-    result = convert_graph(sym, data_names, set(reasons), target, arg32, aux32, cast_optional)
+    result = convert_graph(sym, data_names, set(reasons), target, arg32, aux32, cast_optional,
+                           data_types=input_types)
     if result.settled is not None:
         for name in result.widened:
             reasons.setdefault(name, "inputs must share a dtype")
@@ -108,7 +110,8 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
             cast_optional_params: bool = True, searched_layers: Sequence[str] = (),
             keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
             ctx: Optional[mx.Context] = None, progress: bool = False,
-            options: Optional[ConvertOptions] = None) -> ConvertedModel:
+            options: Optional[ConvertOptions] = None,
+            input_types: Optional[Dict[str, Any]] = None) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -141,8 +144,9 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         Keep box decoding, NMS, anchors, ROI and proposal ops (``_contrib_box_decode``,
         ``_contrib_box_nms``, ``_contrib_MultiBoxPrior``, ``ROIPooling``, ...) in float32,
         with their inputs cast to float32; reported with the reason ``'detection op'``.
-    calibration : array-like or iterable, optional
-        Representative inputs, as in :func:`validate`. When given, the float32 model runs on
+    calibration : array-like, dict or iterable, optional
+        Representative inputs, as in :func:`validate` (a dict of named arrays for a model
+        with several data inputs). When given, the float32 model runs on
         them once, and the report warns (in ``notes``) when the outputs or whole layers that
         will compute in float16 stay below float16's smallest normal (6.1e-5), where float16
         loses its precision or flushes to 0, and names :func:`search_fp32_layers`.
@@ -156,6 +160,11 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         The conversion options in one object, instead of their keywords (``target_dtype``,
         ``exclude_layers``, ``exclude_ops``, ``keep_io_types``, ``cast_optional_params``,
         ``searched_layers``, ``keep_detection_float32``); not both.
+    input_types : dict of str to dtype, optional
+        The dtypes of integer data inputs (a BERT's token ids and token types: int32), which
+        the conversion keeps as they are: never cast to float16, never made float16 inputs
+        by ``keep_io_types=False``. By default those of a ``calibration`` dict; data inputs
+        not named are float32.
 
     Returns
     -------
@@ -208,24 +217,32 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                            searched_layers=searched_layers,
                            keep_detection_float32=keep_detection_float32)
     return convert_with(sym, arg_params, aux_params, options, calibration, batch_size, ctx,
-                        progress, start)
+                        progress, start, input_types)
 
 
 def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_size=8, ctx=None,
-                 progress=False, start=None):
-    """:func:`convert` with its options in one :class:`ConvertOptions` (what travels inside)."""
+                 progress=False, start=None, input_types=None):
+    """:func:`convert` with its options in one :class:`ConvertOptions` (what travels inside).
+
+    ``input_types`` names the integer data inputs (token ids) and their dtypes; by default
+    those of a ``calibration`` dict. They are typed as such, never cast to float16 or made
+    float16 inputs by ``keep_io_types=False``.
+    """
     start = time.perf_counter() if start is None else start
     target = options.target_dtype
     before_graph = _check_convert_arguments(sym, arg_params, aux_params)
     nodes = before_graph.nodes
     reasons = _float32_reasons(nodes, options.exclude_layers, options.exclude_ops,
-                               options.searched_layers, options.keep_detection_float32)
+                               options.searched_layers, options.keep_detection_float32, target)
     low = (FLOAT16, BFLOAT16)
     arg32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in arg_params.items()}
     aux32 = {k: (v.astype("float32") if np.dtype(v.dtype) in low else v)
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
+    if input_types is None and isinstance(calibration, dict):
+        input_types = batch_types(split_batches(calibration, batch_size))
+    input_types = {n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_names}
     notes = []
     if options.fold_batchnorm:
         folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
@@ -237,16 +254,16 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
                          % (len(folded), _names([bn for bn, _ in folded])))
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
-                                                   notes)
+                                                   notes, input_types)
     graph = Graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
     if not options.keep_io_types:
-        data_types = {n: FLOAT32 for n in data_names}
+        data_types = dict({n: FLOAT32 for n in data_names}, **input_types)
         dtypes = consumed_dtypes(graph, known_types(new_args, new_auxs, data_types))
-        graph = io_float16(graph, set(data_names), dtypes)
+        graph = io_float16(graph, set(data_names) - set(input_types), dtypes)
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
-                           data_names, reasons, options)
+                           data_names, reasons, options, input_types)
     detection = sorted({op for name, op in ((n["name"], n["op"]) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:
@@ -260,7 +277,7 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     elif calibration is not None:
         start = time.perf_counter()
         outputs = _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress,
-                             notes)
+                             notes, input_types)
         report.calibration_seconds = time.perf_counter() - start
     report.notes = notes + report.notes
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
@@ -280,7 +297,7 @@ def _check_convert_arguments(sym, arg_params, aux_params):
 
 
 def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
-                     keep_detection_float32):
+                     keep_detection_float32, target="float16"):
     """Why each layer asked to stay float32 stays so: ``{layer name: reason}``."""
     layer_names = [n["name"] for n in nodes if n["op"] != "null"]
     registered = set(mx.operator.get_all_registered_operators())
@@ -302,6 +319,10 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
         for node in nodes:
             if node["op"] in DETECTION_OPS:
                 reasons.setdefault(node["name"], "detection op")
+    if target == "bfloat16":
+        for node in nodes:
+            if node["op"] in NO_BFLOAT16_CPU_OPS:
+                reasons.setdefault(node["name"], "no bfloat16 kernel")
     return reasons
 
 
@@ -314,7 +335,8 @@ def _check_batchnorm_float32(graph, arg_params, aux_params):
                               "needs them float32 (MXNet issue #17164)" % bad)
 
 
-def _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress, notes):
+def _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress, notes,
+               input_types=None):
     """Run the float32 model once on the calibration inputs; note float16 underflow.
 
     Returns the float32 outputs, which :func:`validate` can reuse as its reference.
@@ -323,7 +345,8 @@ def _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress
     # one sample at a time: every float16 layer's output is exposed, so the executor keeps
     # them all at once (SSD-512, 16 samples: 8.6 GB peak at batch 8, 2.2 GB at batch 1)
     outputs, stats, _ = probe_layers(sym, arg32, aux32, names, split_batches(calibration, 1),
-                               default_ctx(ctx), progress, "calibrate: float32 run")
+                               default_ctx(ctx), progress, "calibrate: float32 run",
+                               input_types=input_types)
     tiny, heads = underflow_layers(names, stats.peak, outputs)
     if tiny or heads:
         notes.append(underflow_note(tiny, heads, outputs))

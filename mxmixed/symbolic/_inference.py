@@ -164,11 +164,12 @@ def _is_bfloat16_graph(graph, types):
                    for n in graph.nodes))
 
 
-def symbol_block(sym, arg_params, aux_params, ctx):
+def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph.
 
     A bfloat16 graph is left as it is (oneDNN runs it on the CPU) and the block is hybridized
-    with static memory, the fast path of MXNet's CachedOp.
+    with static memory, the fast path of MXNet's CachedOp. ``input_types`` gives the dtype of
+    data inputs that are not what the graph declares (integer token ids).
     """
     params = dict(arg_params)
     params.update(aux_params)
@@ -177,6 +178,7 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names}
+    data_types.update({n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_types})
     types = {n: np.dtype(v.dtype) for n, v in params.items()}
     types.update(data_types)
     bfloat16 = _is_bfloat16_graph(graph, types)

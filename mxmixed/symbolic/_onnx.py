@@ -12,7 +12,7 @@ the exporter's fixes live in :mod:`._onnx_graph`.
 """
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -28,8 +28,8 @@ from ._detections import compare_outputs
 from ._inference import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
-from ._validation import (Model, Runner, ValidationReport, progress_bar, run_batches,
-                          split_batches)
+from ._validation import (Model, Runner, ValidationReport, batch_size_of, batch_types,
+                          progress_bar, run_batches, split_batches)
 
 __all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
@@ -47,7 +47,8 @@ class OnnxModel:
         The conversion's report: which layers stay float32, and why.
     input_name : str
     input_dtype : numpy.dtype
-        float32, or float16 after ``keep_io_types=False``.
+        float32, or float16 after ``keep_io_types=False``. For a model with several data
+        inputs, those of the first.
     output_names : list of str
         In the order of the MXNet graph's outputs.
     float32_bytes : int or None
@@ -57,6 +58,8 @@ class OnnxModel:
         Time of the export(s) and the check.
     notes : list of str
         What the ONNX graph does differently from MXNet's (per-class NMS, for one).
+    input_dtypes : dict of str to numpy.dtype
+        Every data input and its dtype, in the graph's order (int32 token ids stay int32).
     """
 
     proto: object = field(repr=False)
@@ -68,6 +71,7 @@ class OnnxModel:
     opset: int = 0
     seconds: float = 0.0
     notes: List[str] = field(default_factory=list)
+    input_dtypes: Dict[str, np.dtype] = field(default_factory=dict)
 
     def serialize(self) -> bytes:
         """The model file's bytes (bytes)."""
@@ -97,15 +101,18 @@ class OnnxModel:
     def __str__(self):
         ratio = ("" if self.size_ratio is None else ", %.3fx the float32 ONNX export (%s)"
                  % (self.size_ratio, format_bytes(self.float32_bytes)))
-        text = ("ONNX: opset %d, input %s %s, outputs %s, %s%s; passes onnx.checker "
+        inputs = self.input_dtypes or {self.input_name: self.input_dtype}
+        text = ("ONNX: opset %d, input%s %s, outputs %s, %s%s; passes onnx.checker "
                 "(full check); parameters are initializers"
-                % (self.opset, self.input_name, self.input_dtype.name,
+                % (self.opset, "s" if len(inputs) > 1 else "",
+                   ", ".join("%s %s" % (n, np.dtype(t).name) for n, t in inputs.items()),
                    ", ".join(self.output_names), format_bytes(self.nbytes), ratio))
         return "\n".join([text] + ["note: " + note for note in self.notes])
 
 
-def export_onnx(model: Model, input_shape: Sequence[int],
-                float32_model: Optional[Checkpoint] = None) -> OnnxModel:
+def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Sequence[int]]],
+                float32_model: Optional[Checkpoint] = None,
+                input_types: Optional[Mapping[str, Any]] = None) -> OnnxModel:
     """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
 
     MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
@@ -117,11 +124,16 @@ def export_onnx(model: Model, input_shape: Sequence[int],
     ----------
     model : ConvertedModel or SearchResult
         From :func:`convert` or :func:`search_fp32_layers` (its ``model``).
-    input_shape : tuple of int
-        Shape of one sample, without the batch axis, e.g. ``(3, 224, 224)``.
+    input_shape : tuple of int, or dict of str to tuple of int
+        Shape of one sample, without the batch axis, e.g. ``(3, 224, 224)``; for a model with
+        several data inputs, a dict of one such shape per input name (``()`` for a scalar
+        per sample, such as a BERT's valid length).
     float32_model : tuple, optional
         The float32 ``(sym, arg_params, aux_params)``: also exported, to report the size ratio
         (:attr:`OnnxModel.size_ratio`); it is not kept.
+    input_types : dict of str to dtype, optional
+        Dtypes of integer data inputs (token ids: int32); the others are float32, or what the
+        converted graph declares (float16 after ``keep_io_types=False``).
 
     Returns
     -------
@@ -160,23 +172,25 @@ def export_onnx(model: Model, input_shape: Sequence[int],
     if report is None or not hasattr(model, "symbol"):
         raise ConversionError("export_onnx takes the ConvertedModel of convert() or "
                               "search_fp32_layers(), got %s" % type(model).__name__)
-    input_shape = tuple(int(s) for s in input_shape)
     params = dict(model.arg_params, **model.aux_params)
     sym = inference_graph(model.symbol)
     graph = Graph(sym)
     var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
-    if len(data_names) != 1:
-        raise ConversionError("ONNX export supports models with one data input; this one has "
-                              "%s" % data_names)
-    name = data_names[0]
-    dtype = np.dtype(var_dtype(var_nodes[name]))
-    proto, opset = to_proto(sym, params, name, dtype, input_shape)
+    shapes = _input_shapes(input_shape, data_names)
+    types = {n: np.dtype(t) for n, t in (input_types or {}).items()}
+    unknown = sorted(set(types) - set(data_names))
+    if unknown:
+        raise ConversionError("input_types names %s, not a data input of the graph (its data "
+                              "inputs: %s)" % (", ".join(unknown), ", ".join(data_names)))
+    dtypes = [types.get(n, np.dtype(var_dtype(var_nodes[n]))) for n in data_names]
+    proto, opset = to_proto(sym, params, data_names, dtypes, shapes)
     float32_bytes = None
     if float32_model is not None:
         sym32, args32, auxs32 = float32_model
         sym32 = inference_graph(sym32)
-        proto32, _ = to_proto(sym32, dict(args32, **auxs32), name, FLOAT32, input_shape)
+        proto32, _ = to_proto(sym32, dict(args32, **auxs32), data_names,
+                              [types.get(n, FLOAT32) for n in data_names], shapes)
         float32_bytes = proto32.ByteSize()
     notes = []
     nms = class_aware_nms(graph)
@@ -188,8 +202,25 @@ def export_onnx(model: Model, input_shape: Sequence[int],
     if sorted(outputs) != sorted(o.name for o in proto.graph.output):
         raise ConversionError("the ONNX outputs %s do not match the graph's outputs %s"
                               % ([o.name for o in proto.graph.output], outputs))
-    return OnnxModel(proto, report, name, dtype, outputs, float32_bytes, opset,
-                     time.perf_counter() - start, notes)
+    return OnnxModel(proto, report, data_names[0], dtypes[0], outputs, float32_bytes, opset,
+                     time.perf_counter() - start, notes, dict(zip(data_names, dtypes)))
+
+
+def _input_shapes(input_shape, data_names):
+    """One sample's shape per data input, in the graph's order, from a shape or a dict."""
+    if not isinstance(input_shape, Mapping):
+        if len(data_names) != 1:
+            raise ConversionError("this model has %d data inputs (%s): give input_shape as a "
+                                  "dict of one sample's shape per input name"
+                                  % (len(data_names), ", ".join(data_names)))
+        input_shape = {data_names[0]: input_shape}
+    unknown = [n for n in input_shape if n not in data_names]
+    missing = [n for n in data_names if n not in input_shape]
+    if unknown or missing:
+        raise ConversionError("input_shape names %s; the graph's data inputs are %s"
+                              % (", ".join(map(str, input_shape)) or "nothing",
+                                 ", ".join(data_names)))
+    return [tuple(int(s) for s in input_shape[n]) for n in data_names]
 
 
 def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], inputs: Any,
@@ -209,8 +240,9 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
         The float32 ``(sym, arg_params, aux_params)`` (or a Block).
     onnx_model : OnnxModel or bytes or str
         From :func:`export_onnx`, or a model file's bytes or path.
-    inputs : array-like or iterable
-        As in :func:`validate`; float32 samples.
+    inputs : array-like, dict or iterable
+        As in :func:`validate`: float32 samples, or a dict of named arrays for a model with
+        several data inputs (integer arrays, such as token ids, are fed as int32).
     batch_size : int, default 8
     progress : bool, default True
     rule : {'auto', 'relative', 'detections'}, default 'auto'
@@ -238,18 +270,15 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
     except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ConversionError("onnxruntime cannot load the model: %s" % one_line(err)) from None
     feed = session.get_inputs()
-    if len(feed) != 1:
-        raise ConversionError("validation supports models with one input; this one has %s"
-                              % [i.name for i in feed])
-    in_dtype = FLOAT16 if feed[0].type == "tensor(float16)" else FLOAT32
     outputs = outputs or [o.name for o in session.get_outputs()]
     ctx = default_ctx(ctx)
     batches = split_batches(inputs, batch_size)
-    ref = run_batches(Runner(fp32_model, ctx), batches, progress, "validate float32 (MXNet)")
+    ref = run_batches(Runner(fp32_model, ctx, input_types=batch_types(batches)), batches,
+                      progress, "validate float32 (MXNet)")
     got = None
     for batch in progress_bar(batches, progress, "validate float16 (onnxruntime)", len(batches)):
         try:
-            outs = session.run(outputs, {feed[0].name: np.asarray(batch).astype(in_dtype)})
+            outs = session.run(outputs, _onnx_feed(feed, batch))
         except Exception as err:  # onnxruntime's own error types
             raise ConversionError("onnxruntime failed to run the model: %s"
                                   % one_line(err)) from None
@@ -265,6 +294,25 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
     device = ("onnxruntime %s %s (float16 on a CPU: no faster than float32, often slower; "
               "not a speed measure); float32 reference: MXNet on %s"
               % (ort.__version__, session.get_providers()[0], ctx))
-    return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
+    return ValidationReport(samples=sum(batch_size_of(b) for b in batches), max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=device, seconds=time.perf_counter() - start, checks=checks)
+
+
+_ORT_TYPES = {"tensor(float16)": FLOAT16, "tensor(float)": FLOAT32,
+              "tensor(int32)": np.dtype(np.int32), "tensor(int64)": np.dtype(np.int64)}
+
+
+def _onnx_feed(feed, batch):
+    """onnxruntime's input dict for one batch (an array, or a dict of named arrays)."""
+    names = [i.name for i in feed]
+    if not isinstance(batch, dict):
+        if len(feed) != 1:
+            raise ConversionError("this model has %d inputs (%s): give the inputs as a dict of "
+                                  "named arrays" % (len(feed), ", ".join(names)))
+        batch = {names[0]: batch}
+    if sorted(batch) != sorted(names):
+        raise ConversionError("the inputs %s do not match the ONNX model's inputs %s"
+                              % (", ".join(batch), ", ".join(names)))
+    return {i.name: np.asarray(batch[i.name]).astype(_ORT_TYPES.get(i.type, FLOAT32))
+            for i in feed}

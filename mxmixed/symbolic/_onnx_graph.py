@@ -173,8 +173,92 @@ def _missing_converters(graph, registry):
     return sorted({n["op"] for n in graph.nodes if n["op"] != "null"} - known)
 
 
+# The last opset whose Reduce* ops take ``axes`` as an attribute, as MXNet's converters write it
+_OPSET_AXES_ATTRIBUTE = 17
+
+
+@contextlib.contextmanager
+def _graph_check_at(onnx, opset):
+    """MXNet's exporter checks its graph against the newest opset whatever it writes: check it
+    against ``opset`` instead, for the duration of an export."""
+    checker = onnx.checker
+    check_graph = checker.check_graph
+    ctx = checker.C.CheckerContext()
+    ctx.ir_version = onnx.IR_VERSION
+    ctx.opset_imports = {"": opset}
+
+    def at_opset(graph, _ctx=None):
+        return check_graph(graph, ctx)
+
+    checker.check_graph = at_opset
+    try:
+        yield
+    finally:
+        checker.check_graph = check_graph
+
+
+def _first_line(err):
+    """onnx.checker's message, whose first line says what is wrong and the rest where."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return "; ".join(lines[:2]) if lines else type(err).__name__
+
+
+_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
+
+
+def _float16_scalars(onnx, model):
+    """Cast float32 operands of float16 elementwise ops to float16: MXNet 1.9.1's converters
+    of ``interleaved_matmul_selfatt_qk`` (its 1/sqrt(d) scale, computed in the graph) and of
+    GELU (its 0.5) write float32 values whatever the dtype of the data, so a float16 BERT
+    fails onnx.checker (``Mul: B has inconsistent type``). Each such operand is cast to
+    float16 in front of its reader, the one rounding a float16 op gives its scalar."""
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    if not any(init.data_type == TensorProto.FLOAT16 for init in graph.initializer):
+        return
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except onnx.shape_inference.InferenceError:
+        return
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(inferred.value_info) + list(inferred.input) + list(inferred.output)}
+    types.update({init.name: init.data_type for init in graph.initializer})
+    nodes, casts = [], {}
+    for node in graph.node:
+        kinds = [types.get(name) for name in node.input]
+        if node.op_type in _ELEMENTWISE and TensorProto.FLOAT16 in kinds:
+            for k, name in enumerate(node.input):
+                if kinds[k] != TensorProto.FLOAT:
+                    continue
+                if name not in casts:
+                    casts[name] = name + "_float16"
+                    nodes.append(helper.make_node("Cast", [name], [casts[name]],
+                                                  name=casts[name], to=TensorProto.FLOAT16))
+                node.input[k] = casts[name]
+        nodes.append(node)
+    if casts:
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
+def _drop_unused_initializers(graph):
+    """Initializers no node reads (the LayerNorm converter leaves some): onnxruntime warns of
+    each one when it loads the model."""
+    used = {name for node in graph.node for name in node.input}
+    used |= {o.name for o in graph.output}
+    kept = [init for init in graph.initializer if init.name in used]
+    if len(kept) < len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
 def to_proto(sym, params, input_name, input_dtype, input_shape):
-    """Export one graph with MXNet's exporter; raw initializers, none of them a graph input."""
+    """Export one graph with MXNet's exporter; raw initializers, none of them a graph input.
+
+    ``input_name``, ``input_dtype`` and ``input_shape`` (one sample's) describe the one data
+    input, or are lists with one entry per data input in the graph's order.
+    """
     onnx, _ = onnx_packages()
     from onnx import numpy_helper
 
@@ -186,22 +270,33 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
                               "cannot be exported to ONNX (see docs/onnx.md for the families "
                               "that export)" % ", ".join(missing))
     data_names = [n for n in sym.list_inputs() if n not in params]
-    if data_names != [input_name]:
-        raise ConversionError("ONNX export supports models with one data input; this one has "
-                              "%s" % data_names)
+    if isinstance(input_name, str):
+        input_name, input_dtype, input_shape = [input_name], [input_dtype], [input_shape]
+    if data_names != list(input_name):
+        raise ConversionError("the graph's data inputs are %s, the export was given %s"
+                              % (", ".join(data_names), ", ".join(input_name)))
     keep = mx.sym.load_json(sym.tojson(remove_amp_cast=False))
     keep.__class__ = _KeepCasts
-    opset = onnx.defs.onnx_opset_version()
-    shape = (1,) + tuple(input_shape)
-    try:
-        with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            graph_proto = exporter().create_onnx_graph_proto(
-                keep, params, [shape], [_tensor_type(input_dtype)], opset_version=opset,
-                dynamic=True, dynamic_input_shapes=[(None,) + tuple(input_shape)])
-    except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
-            ValueError, IndexError, mx.base.MXNetError, onnx.checker.ValidationError) as err:
-        raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
+    newest = onnx.defs.onnx_opset_version()
+    for opset in (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,):
+        try:
+            with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
+                    _graph_check_at(onnx, opset):
+                warnings.simplefilter("ignore", DeprecationWarning)
+                graph_proto = exporter().create_onnx_graph_proto(
+                    keep, params, [(1,) + tuple(s) for s in input_shape],
+                    [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
+                    dynamic_input_shapes=[(None,) + tuple(s) for s in input_shape])
+            break
+        except onnx.checker.ValidationError as err:
+            # MXNet 1.9.1's LayerNorm converter writes ReduceMean's axes as an attribute,
+            # which opset 18 moved to an input: such a graph is written at opset 17
+            if opset == _OPSET_AXES_ATTRIBUTE or "axes" not in str(err):
+                raise ConversionError("MXNet's ONNX exporter failed: %s"
+                                      % _first_line(err)) from None
+        except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
+                ValueError, IndexError, mx.base.MXNetError) as err:
+            raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
@@ -210,7 +305,10 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     inputs = [v for v in graph_proto.input if v.name not in inits]
     del graph_proto.input[:]
     graph_proto.input.extend(inputs)
-    model = onnx.helper.make_model(graph_proto, producer_name="mxmixed")
+    model = onnx.helper.make_model(graph_proto, producer_name="mxmixed",
+                                   opset_imports=[onnx.helper.make_opsetid("", opset)])
+    _float16_scalars(onnx, model)
+    _drop_unused_initializers(model.graph)
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:

@@ -30,7 +30,7 @@ class _Stats:
 
 
 def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, desc, reference=None,
-           keep=False):
+           keep=False, input_types=None):
     """Run ``sym`` with the layers ``names`` exposed.
 
     Parameters
@@ -54,7 +54,7 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
     graph = Graph(inference_graph(sym))
     heads = [(src, out) for src, out, _ in graph.heads]
     probe = graph.with_heads(heads + [(graph.index(name), 0) for name in names])
-    runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx)
+    runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx, input_types=input_types)
     outputs = [[] for _ in heads]
     stats = _Stats(len(names))
     kept = []

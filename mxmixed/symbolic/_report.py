@@ -191,12 +191,13 @@ class ConversionReport:
 
 
 def build_report(before_graph, graph, arg_before, aux_before, arg_after, aux_after, data_names,
-                 reasons, options):
+                 reasons, options, input_types=None):
     """The report of a conversion from Graph ``before_graph`` to Graph ``graph``."""
     target = options.target_dtype
     nodes = graph.nodes
     var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
+    data_types.update({n: t for n, t in (input_types or {}).items() if n in data_types})
     dtypes = consumed_dtypes(graph, known_types(arg_after, aux_after, data_types))
     ops, layer_dtypes, fp32_layers = {}, {}, []
     for node in nodes:

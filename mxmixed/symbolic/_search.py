@@ -22,7 +22,7 @@ from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._inference import default_ctx, inference_graph
 from ._options import ConvertOptions, options_from
 from ._probe import layer_sensitivity, probe_layers, underflow_layers, underflow_note
-from ._validation import Runner, largest_error, run_batches, split_batches
+from ._validation import Runner, batch_types, largest_error, run_batches, split_batches
 
 __all__ = ["search_fp32_layers", "SearchResult"]
 
@@ -126,8 +126,9 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ----------
     sym, arg_params, aux_params
         The float32 model.
-    inputs : array-like or iterable
-        Representative inputs, as in :func:`validate`.
+    inputs : array-like, dict or iterable
+        Representative inputs, as in :func:`validate`: a dict of named arrays for a model
+        with several data inputs.
     tolerance : float, default 1e-2
         Largest acceptable error under ``rule`` (for most models the relative error
         ``max|y16 - y32| / max|y32|``); outputs must also be finite.
@@ -230,12 +231,13 @@ class _Evaluator:
     def __init__(self, sym, arg_params, aux_params, batches, ctx, rule, progress, options):
         self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
         self.batches, self.ctx, self.rule, self.options = batches, ctx, rule, options
-        self.base = convert_with(sym, arg_params, aux_params, options)
+        self.types = batch_types(batches)
+        self.base = convert_with(sym, arg_params, aux_params, options, input_types=self.types)
         self.names = [name for name, dtype in self.base.report.layer_dtypes.items()
                       if dtype == "float16"]
         self.reference, self.stats32, self.acts32 = probe_layers(
             sym, arg_params, aux_params, self.names, batches, ctx, progress,
-            "search: float32 run", keep=True)
+            "search: float32 run", keep=True, input_types=self.types)
         self.graph32 = Graph(inference_graph(sym))
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
@@ -247,8 +249,8 @@ class _Evaluator:
         if key not in self.models:
             self.models[key] = convert_with(
                 self.sym, self.arg_params, self.aux_params,
-                dataclasses.replace(self.options, searched_layers=tuple(layers))
-            ) if layers else self.base
+                dataclasses.replace(self.options, searched_layers=tuple(layers)),
+                input_types=self.types) if layers else self.base
         return self.models[key]
 
     def _record(self, layers, error):
@@ -266,7 +268,8 @@ class _Evaluator:
         key = tuple(sorted(layers))
         if key not in self.cache:
             try:
-                got = run_batches(Runner(self.convert_with(layers), self.ctx), self.batches, False, "")
+                got = run_batches(Runner(self.convert_with(layers), self.ctx,
+                                         input_types=self.types), self.batches, False, "")
             except ConversionError as err:  # counts as failing
                 self.skipped.append((", ".join(layers) if len(layers) < 4
                                      else "%d layers" % len(layers), str(err)))
@@ -279,7 +282,8 @@ class _Evaluator:
         """An evaluation that also measures every candidate's float16 error."""
         model = self.convert_with(layers)
         got, stats, _ = probe_layers(model.symbol, model.arg_params, model.aux_params, self.names,
-                               self.batches, self.ctx, False, "", reference=self.acts32)
+                               self.batches, self.ctx, False, "", reference=self.acts32,
+                               input_types=self.types)
         return (self._compared(layers, got),
                 layer_sensitivity(self.graph32, self.names, self.stats32.peak, stats.diff))
 

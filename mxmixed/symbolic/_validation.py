@@ -21,8 +21,8 @@ from .._core.progress import bar
 from ._detections import OutputCheck, compare_outputs
 from ._inference import default_ctx, is_cpu, symbol_block
 
-__all__ = ["validate", "ValidationReport", "Runner", "largest_error", "progress_bar", "run_batches",
-           "split_batches"]
+__all__ = ["validate", "ValidationReport", "Runner", "batch_size_of", "batch_types",
+           "largest_error", "progress_bar", "run_batches", "slice_batch", "split_batches"]
 
 # What validate() and the ONNX check run: a gluon Block, a ConvertedModel or a
 # (sym, arg_params, aux_params) tuple (their docstrings say which).
@@ -30,33 +30,88 @@ Model = Any
 
 
 # ------------------------------------------------------------------ running models
+def _named_arrays(inputs):
+    """A dict of named inputs as NumPy arrays, checked: same first dimension, numbers only."""
+    if not inputs:
+        raise ConversionError("inputs is an empty dict: give one array per data input")
+    arrays = {}
+    for name, value in inputs.items():
+        value = value.asnumpy() if isinstance(value, mx.nd.NDArray) else np.asarray(value)
+        if value.ndim < 1 or len(value) == 0:
+            raise ConversionError("input %r must hold at least one sample, got shape %s"
+                                  % (name, value.shape))
+        if value.dtype.kind not in "fiu":
+            raise ConversionError("input %r has dtype %s: give floating or integer arrays"
+                                  % (name, value.dtype))
+        arrays[str(name)] = value
+    lengths = {name: len(value) for name, value in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ConversionError("the named inputs must hold the same number of samples (first "
+                              "dimension), got %s" % ", ".join("%s %d" % item
+                                                               for item in lengths.items()))
+    return arrays
+
+
+def _as_batch(batch):
+    if isinstance(batch, dict):
+        return _named_arrays(batch)
+    if isinstance(batch, (list, tuple)):
+        batch = batch[0]
+    return batch.asnumpy() if isinstance(batch, mx.nd.NDArray) else np.asarray(batch)
+
+
+def batch_size_of(batch):
+    """Number of samples in a batch (an array or a dict of named arrays)."""
+    return len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+
+
+def slice_batch(batch, start, stop):
+    """Samples ``start:stop`` of a batch (an array or a dict of named arrays)."""
+    if isinstance(batch, dict):
+        return {name: value[start:stop] for name, value in batch.items()}
+    return batch[start:stop]
+
+
 def split_batches(inputs, batch_size):
-    """Split ``inputs`` (array or iterable of batches / (X, y) pairs) into NumPy batches."""
+    """Split ``inputs`` into NumPy batches: an array, a dict of named arrays (one per data
+    input, same first dimension; batches are dicts), or an iterable of batches / (X, y) pairs."""
     if isinstance(inputs, mx.nd.NDArray):
         inputs = inputs.asnumpy()
+    if isinstance(inputs, dict):
+        inputs = _named_arrays(inputs)
+        count = batch_size_of(inputs)
+        return [slice_batch(inputs, i, i + batch_size) for i in range(0, count, batch_size)]
     if isinstance(inputs, np.ndarray):
         if inputs.ndim < 1 or len(inputs) == 0:
             raise ConversionError("inputs must hold at least one sample")
         return [inputs[i:i + batch_size] for i in range(0, len(inputs), batch_size)]
-    batches = []
-    for batch in inputs:
-        if isinstance(batch, (list, tuple)):
-            batch = batch[0]
-        batches.append(batch.asnumpy() if isinstance(batch, mx.nd.NDArray) else np.asarray(batch))
+    batches = [_as_batch(batch) for batch in inputs]
     if not batches:
         raise ConversionError("inputs yielded no batches")
     return batches
 
 
-class Runner:
-    """Runs one model (Block, ConvertedModel or (sym, args, auxs)) on NumPy batches."""
+def batch_types(batches):
+    """Dtypes of the integer inputs of dict batches (token ids, lengths): ``{name: dtype}``."""
+    first = batches[0] if batches else None
+    if not isinstance(first, dict):
+        return {}
+    return {name: np.dtype(value.dtype) for name, value in first.items()
+            if np.dtype(value.dtype).kind in "iu"}
 
-    def __init__(self, model, ctx, input_dtype=None):
+
+class Runner:
+    """Runs one model (Block, ConvertedModel or (sym, args, auxs)) on NumPy batches: arrays
+    for a model with one data input, dicts of named arrays for any model. ``input_types``
+    gives the dtypes of integer inputs (:func:`batch_types`), which are passed as they are."""
+
+    def __init__(self, model, ctx, input_dtype=None, input_types=None):
         self.ctx = ctx
+        self.input_types = dict(input_types or {})
         if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
             model = (model.symbol, model.arg_params, model.aux_params)
         if isinstance(model, tuple) and len(model) == 3:
-            self.block = symbol_block(*model, ctx)
+            self.block = symbol_block(*model, ctx, input_types=self.input_types)
         elif isinstance(model, gluon.Block):
             self.block = model
             if is_cpu(ctx) and self._has_float16(model):
@@ -67,22 +122,45 @@ class Runner:
             raise ConversionError("a model must be a Gluon Block, a ConvertedModel or a "
                                   "(sym, arg_params, aux_params) tuple, got %s"
                                   % type(model).__name__)
-        types = getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": FLOAT32}
-        if len(types) != 1:
-            raise ConversionError("validation supports models with one data input; this one "
-                                  "has %s" % sorted(types))
-        self.input_dtype = np.dtype(input_dtype or list(types.values())[0])
+        self.types = dict(getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": FLOAT32})
+        self.input_dtype = (np.dtype(input_dtype or list(self.types.values())[0])
+                            if len(self.types) == 1 else None)
 
     @staticmethod
     def _has_float16(block):
         return any(np.dtype(p.dtype) == FLOAT16 for p in block.collect_params().values())
 
+    def _arrays(self, batch):
+        if not isinstance(batch, dict):
+            if len(self.types) != 1:
+                raise ConversionError("this model has %d data inputs (%s): give the inputs as "
+                                      "a dict of named arrays, one per input"
+                                      % (len(self.types), ", ".join(self.types)))
+            return [mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)]
+        unknown = [name for name in batch if name not in self.types]
+        missing = [name for name in self.types if name not in batch]
+        if unknown or missing:
+            raise ConversionError("the inputs %s do not match the model's data inputs: %s%s"
+                                  % (", ".join(batch) or "none",
+                                     "no input named %s" % ", ".join(map(repr, unknown))
+                                     if unknown else "missing %s" % ", ".join(missing),
+                                     "; the model takes %s" % ", ".join(self.types)))
+        arrays = []
+        for name, declared in self.types.items():
+            value = batch[name]
+            dtype = self.input_types.get(name)
+            if dtype is None:
+                dtype = (self.input_dtype if self.input_dtype is not None
+                         and len(self.types) == 1 else declared)
+            arrays.append(mx.nd.array(value, ctx=self.ctx, dtype=dtype))
+        return arrays
+
     def __call__(self, batch):
-        X = mx.nd.array(batch, ctx=self.ctx, dtype=self.input_dtype)
+        inputs = self._arrays(batch)
         emulate = is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
         scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
-            out = self.block(X)
+            out = self.block(*inputs)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             return [o.astype("float32").asnumpy() for o in outs]
 
@@ -224,10 +302,13 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     ----------
     fp32_model, fp16_model : mxnet.gluon.Block, ConvertedModel or tuple
         Gluon blocks (a :func:`load_float16` block, a hybridized net), converted models, or
-        ``(sym, arg_params, aux_params)`` tuples. One data input each.
-    inputs : array-like or iterable
-        An array of samples ``(N, ...)`` (split into batches), or an iterable of batches or
-        ``(X, y)`` pairs such as a DataLoader.
+        ``(sym, arg_params, aux_params)`` tuples.
+    inputs : array-like, dict or iterable
+        An array of samples ``(N, ...)`` (split into batches) for a model with one data input;
+        a dict of named arrays, one per data input of the graph, all with the same first
+        dimension (a BERT's token ids, token types and valid lengths): integer arrays are
+        passed as they are (int32), floating ones as float32; or an iterable of batches
+        (arrays or such dicts) or ``(X, y)`` pairs such as a DataLoader.
     batch_size : int, default 8
         Batch size when ``inputs`` is one array.
     ctx : mxnet.Context, optional
@@ -235,7 +316,8 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     progress : bool, default True
         Show a tqdm bar.
     input_dtype : str, optional
-        Dtype of the data given to the float16 model: by default the one it declares
+        Dtype of the (floating) data given to a float16 model with one data input: by
+        default the one it declares
         (float16 after ``keep_io_types=False``), else float32; ``'float16'`` for a Gluon
         block cast with ``cast('float16')``. The float32 model always gets float32.
     rule : {'auto', 'relative', 'detections'}, default 'auto'
@@ -281,22 +363,24 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     ctx = default_ctx(ctx)
     start = time.perf_counter()
     batches = split_batches(inputs, batch_size)
+    types = batch_types(batches)
+    count = sum(batch_size_of(b) for b in batches)
     if reference is None:
-        ref = run_batches(Runner(fp32_model, ctx), batches, progress, "validate float32")
+        ref = run_batches(Runner(fp32_model, ctx, input_types=types), batches, progress,
+                          "validate float32")
     else:
         ref = [np.asarray(r) for r in reference]
-        if any(len(r) != sum(len(b) for b in batches) for r in ref):
+        if any(len(r) != count for r in ref):
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
-                                  % (sorted({len(r) for r in ref}),
-                                     sum(len(b) for b in batches)))
-    runner = Runner(fp16_model, ctx, input_dtype)
+                                  % (sorted({len(r) for r in ref}), count))
+    runner = Runner(fp16_model, ctx, input_dtype, input_types=types)
     target = "bfloat16" if getattr(runner.block, "_mxmixed_bfloat16", False) else "float16"
     got = run_batches(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
-    return ValidationReport(samples=sum(len(b) for b in batches), max_abs_error=abs_err,
+    return ValidationReport(samples=count, max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=_device_text(ctx, target),
                             seconds=time.perf_counter() - start, checks=checks,
