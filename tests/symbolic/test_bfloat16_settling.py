@@ -12,7 +12,7 @@ from mxnet.contrib import amp
 
 from conftest import run_convert
 from mxmixed import bfloat16_support, cli, symbolic
-from test_symbolic_zoo_conversion import InceptionBlock, _export, _fan_in_init
+from .test_zoo_conversion import InceptionBlock, _export, _fan_in_init
 
 RUNS = bfloat16_support()[0]
 
