@@ -23,7 +23,7 @@ def _validate_args(n):
 
 def test_bert_converts_to_bfloat16(tmp_path, capsys):
     pytest.importorskip("gluonnlp")
-    from test_convert_multi_input import SPECS, _bert
+    from .test_convert_multi_input import SPECS, _bert
 
     prefix = _bert(tmp_path)
     code, out, err = run_convert([prefix, "0", "--out", str(tmp_path / "out"), "--dtype",
