@@ -10,6 +10,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 from ..emulation import emulate_symbol
+from .._core import state
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
@@ -168,7 +169,10 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     """A SymbolBlock for inference; on a CPU with the float16 emulation in its graph.
 
     A bfloat16 graph is left as it is (oneDNN runs it on the CPU) and the block is hybridized
-    with static memory, the fast path of MXNet's CachedOp.
+    with static memory, the fast path of MXNet's CachedOp. Where MXNet's bfloat16 cannot run
+    (:func:`mxmixed.bfloat16_support`), it runs under the bfloat16 emulation instead (float32
+    arithmetic, bfloat16 rounding; :func:`._bfloat16_emulation.emulate_bfloat16`), and the
+    block's ``_mxmixed_bfloat16_emulated`` says why (None when bfloat16 runs natively).
     """
     params = dict(arg_params)
     params.update(aux_params)
@@ -180,6 +184,18 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     types = {n: np.dtype(v.dtype) for n, v in params.items()}
     types.update(data_types)
     bfloat16 = _is_bfloat16_graph(graph, types)
+    emulated = None
+    if bfloat16:
+        runs, why = state.bfloat16_support()
+        if not runs:  # float32 arithmetic, bfloat16 rounding: no bfloat16 op runs
+            from ._bfloat16_emulation import emulate_bfloat16
+            emulated = why
+            sym, arg_params, aux_params = emulate_bfloat16(sym, arg_params, aux_params,
+                                                           data_types)
+            params = dict(arg_params)
+            params.update(aux_params)
+            types = {n: np.dtype(v.dtype) for n, v in params.items()}
+            types.update(data_types)
     try:
         sym.infer_type_partial(**types)
         if is_cpu(ctx) and not bfloat16:
@@ -206,4 +222,5 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)
     block._mxmixed_bfloat16 = bfloat16
+    block._mxmixed_bfloat16_emulated = emulated
     return block
