@@ -16,6 +16,7 @@ from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, Graph, GraphTypeError, cast_node,
                            dtype_code, var_dtype)
+from ._bfloat16_emulation import emulate_bfloat16
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
@@ -188,7 +189,6 @@ def symbol_block(sym, arg_params, aux_params, ctx):
     if bfloat16:
         runs, why = state.bfloat16_support()
         if not runs:  # float32 arithmetic, bfloat16 rounding: no bfloat16 op runs
-            from ._bfloat16_emulation import emulate_bfloat16
             emulated = why
             sym, arg_params, aux_params = emulate_bfloat16(sym, arg_params, aux_params,
                                                            data_types)
