@@ -70,7 +70,10 @@ def add_parser(sub):
                            "--input-shape or --inputs, and the onnx extra; float16 only)")
     conv.add_argument("--validate", type=int_at_least(0), default=0, metavar="N",
                       help="compare the converted model with float32 on N samples; fail "
-                           "(exit 1) beyond --tolerance")
+                           "(exit 1) beyond --tolerance. A bfloat16 model on a CPU that "
+                           "cannot run MXNet's bfloat16 (no AVX-512) is validated under a "
+                           "bfloat16 emulation (float32 arithmetic, bfloat16 rounding), "
+                           "said on stderr")
     conv.add_argument("--tolerance", type=positive_float, default=None, metavar="T",
                       help="largest max|y16-y32|/max|y32| that --validate accepts (default: "
                            "--search-tolerance if given, else 0.01 for float16 and 0.1 for "
@@ -154,9 +157,8 @@ def _check_bfloat16_args(args):
                        "returns float32")
     from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
     runs, why = bfloat16_support()
-    if args.validate > 0 and not runs:
-        raise CLIError("--validate runs the bfloat16 model, which cannot run here: %s "
-                       "(convert without --validate, validate where it runs)" % why)
+    # where bfloat16 cannot run, --validate runs it under the bfloat16 emulation (float32
+    # arithmetic, bfloat16 rounding); the report's note goes to stderr once it has run
     if runs and bfloat16_native() is None:
         print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
 
@@ -187,6 +189,8 @@ def command(args):
                                       batch_size=args.batch_size, progress=bars_wanted(),
                                       reference=model.calibration_outputs)
             _say(check)
+            if check.emulation:
+                print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
             if check.inconclusive:
                 print("mxmixed convert: warning: validation is inconclusive: %s"
                       % check.inconclusive, file=sys.stderr)

@@ -18,6 +18,12 @@ oneDNN's blocked arrays in their own layout (:func:`keep_layouts`);
 ``MXMIXED_EMULATION_KEEP_LAYOUTS=0`` keeps the plain compute, which reproduces results
 recorded before this became the default.
 
+The same library registers ``_mxmixed_round_bf16`` (:func:`round_bf16_op`): float32 in, float32
+out holding the bfloat16-rounded value (round-to-nearest-even, overflow to inf, subnormals
+kept, NaN kept), in plain C++ with no AVX-512 and no bfloat16 tensor. It is the rounding of the
+bfloat16 emulation that validates a bfloat16 model where MXNet's bfloat16 cannot run
+(:mod:`mxmixed.symbolic._bfloat16_emulation`).
+
 A library is loaded only when it is whole and ours. The cache folder must belong to this
 user and be writable by nobody else (else the library is built in a private temporary folder,
 with a warning; the default folder of this user only loses its group and other write bits).
@@ -51,10 +57,12 @@ import mxnet as mx
 from .._core.env import CACHE_DIR, cache_dir, switch
 from .._core.errors import one_line
 
-__all__ = ["OP", "MXNET_RELEASE", "round16_op", "build", "load", "keep_layouts",
+__all__ = ["OP", "BF16_OP", "MXNET_RELEASE", "round16_op", "round_bf16_op", "build", "load", "keep_layouts",
            "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
+#: The bfloat16 rounding op of the same library.
+BF16_OP = "_mxmixed_round_bf16"
 #: The MXNet release whose internals ``round16_onednn.cc`` reads (``MKLDNNMemory``).
 MXNET_RELEASE = ("1.9.1", 10901)
 _EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
@@ -409,6 +417,17 @@ def round16_op():
                              "results of MXMIXED_EMULATION_KEEP_LAYOUTS=0).", _one_line(err))
         _STATE["why"] = "built and loaded; " + layouts
     return _STATE["op"]
+
+
+def round_bf16_op():
+    """The bfloat16 rounding op's name (the library of :func:`round16_op`, built and loaded on
+    first call), or None when that library is unavailable (a warning has said why).
+
+    Returns
+    -------
+    str or None
+    """
+    return BF16_OP if round16_op() is not None else None
 
 
 def _one_line(err):

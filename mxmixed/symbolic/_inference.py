@@ -10,11 +10,13 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 from ..emulation import emulate_symbol
+from .._core import state
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, Graph, GraphTypeError, cast_node,
                            dtype_code, var_dtype)
+from ._bfloat16_emulation import emulate_bfloat16
 
 __all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
            "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
@@ -169,7 +171,11 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
 
     A bfloat16 graph is left as it is (oneDNN runs it on the CPU) and the block is hybridized
     with static memory, the fast path of MXNet's CachedOp. ``input_types`` gives the dtype of
-    data inputs that are not what the graph declares (integer token ids).
+    data inputs that are not what the graph declares (integer token ids). Where MXNet's
+    bfloat16 cannot run (:func:`mxmixed.bfloat16_support`), it runs under the bfloat16
+    emulation instead (float32 arithmetic, bfloat16 rounding;
+    :func:`._bfloat16_emulation.emulate_bfloat16`), and the block's
+    ``_mxmixed_bfloat16_emulated`` says why (None when bfloat16 runs natively).
     """
     params = dict(arg_params)
     params.update(aux_params)
@@ -182,6 +188,17 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     types = {n: np.dtype(v.dtype) for n, v in params.items()}
     types.update(data_types)
     bfloat16 = _is_bfloat16_graph(graph, types)
+    emulated = None
+    if bfloat16:
+        runs, why = state.bfloat16_support()
+        if not runs:  # float32 arithmetic, bfloat16 rounding: no bfloat16 op runs
+            emulated = why
+            sym, arg_params, aux_params = emulate_bfloat16(sym, arg_params, aux_params,
+                                                           data_types)
+            params = dict(arg_params)
+            params.update(aux_params)
+            types = {n: np.dtype(v.dtype) for n, v in params.items()}
+            types.update(data_types)
     try:
         sym.infer_type_partial(**types)
         if is_cpu(ctx) and not bfloat16:
@@ -208,4 +225,5 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)
     block._mxmixed_bfloat16 = bfloat16
+    block._mxmixed_bfloat16_emulated = emulated
     return block

@@ -18,6 +18,7 @@ from .. import emulation
 from .._core.convert import ConversionError
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.progress import bar
+from ._bfloat16_emulation import emulation_note
 from ._detections import OutputCheck, compare_outputs
 from ._inference import default_ctx, is_cpu, symbol_block
 
@@ -214,6 +215,10 @@ class ValidationReport:
         whose every box is an anchor). None when the check means something.
     target_dtype : str
         'float16', or 'bfloat16' when the reduced-precision model computes in bfloat16.
+    emulation : str or None
+        One line, when the bfloat16 model ran under the bfloat16 emulation (float32
+        arithmetic, bfloat16 rounding) because MXNet's bfloat16 cannot run on this CPU;
+        None when it ran natively.
     """
 
     samples: int
@@ -226,6 +231,7 @@ class ValidationReport:
     checks: List[OutputCheck] = field(default_factory=list)
     inconclusive: Optional[str] = None
     target_dtype: str = "float16"
+    emulation: Optional[str] = None
 
     @property
     def error(self) -> float:
@@ -261,6 +267,8 @@ class ValidationReport:
                 check.error, check.rule, ("  " + check.detail) if check.detail else "")))
         if self.inconclusive:
             rows.insert(0, ("INCONCLUSIVE", self.inconclusive))
+        if self.emulation:
+            rows.append(("note", self.emulation))
         return ("Validation: %s against float32\n" % self.target_dtype) + "\n".join(
             "  %-19s %s" % row for row in rows)
 
@@ -283,7 +291,9 @@ def largest_error(ref, got, rule="auto"):
     return abs_err, max((c.error for c in checks), default=0.0), nonfinite, top1
 
 
-def _device_text(ctx, target="float16"):
+def _device_text(ctx, target="float16", emulated=False):
+    if target == "bfloat16" and emulated:
+        return "%s (bfloat16 emulated: float32 arithmetic, bfloat16 rounding)" % (ctx,)
     if target == "bfloat16":
         return "%s (bfloat16 through oneDNN)" % (ctx,)
     return "%s (float16 %s)" % (ctx, "emulated" if is_cpu(ctx) else "native")
@@ -296,7 +306,11 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     """Run the float32 and the float16 model on the same inputs and compare the outputs.
 
     On a CPU the float16 model runs through the emulation graph pass (float16 numerics,
-    not speed); on a GPU, natively.
+    not speed); on a GPU, natively. A bfloat16 model runs through oneDNN; where MXNet's
+    bfloat16 cannot run (:func:`mxmixed.bfloat16_support`), a converted one (a ConvertedModel
+    or a tuple) runs under a bfloat16 emulation: float32 arithmetic, rounded to bfloat16
+    wherever the bfloat16 graph holds a bfloat16 tensor (:attr:`ValidationReport.emulation`
+    says so).
 
     Parameters
     ----------
@@ -380,8 +394,10 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
+    why = getattr(runner.block, "_mxmixed_bfloat16_emulated", None)
     return ValidationReport(samples=count, max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
-                            device=_device_text(ctx, target),
+                            device=_device_text(ctx, target, why is not None),
                             seconds=time.perf_counter() - start, checks=checks,
-                            target_dtype=target, inconclusive=_degenerate(ref))
+                            target_dtype=target, inconclusive=_degenerate(ref),
+                            emulation=None if why is None else emulation_note(why))
