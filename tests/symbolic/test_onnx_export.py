@@ -23,7 +23,8 @@ SHAPE = (3, 32, 32)
 def _export_gluoncv(name, folder, shape=SHAPE):
     """A gluoncv model (pretrained=False, fan-in init) exported to symbol + params."""
     mx.random.seed(0)
-    net = get_model(name, pretrained=False)
+    with mx.name.NameManager():  # layer names as in a fresh process, whatever ran before
+        net = get_model(name, pretrained=False)
     net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
     net.hybridize()
     net(mx.nd.zeros((1,) + shape))
