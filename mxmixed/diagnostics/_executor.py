@@ -24,8 +24,9 @@ from ._tracing import infer_shapes
 
 @contextlib.contextmanager
 def _quiet_subgraph_log():
-    """Keep MXNet's "Subgraph backend MKLDNN is activated." out of a diagnostic's output: it
-    reads ``MXNET_SUBGRAPH_VERBOSE`` at bind time (a user's own setting is kept)."""
+    """Keep MXNet's "Subgraph backend MKLDNN is activated." out of a diagnostic's output (a
+    user's own ``MXNET_SUBGRAPH_VERBOSE`` is kept). MXNet reads that variable once, at the
+    process's first bind: after an earlier bind in the same process, the line may appear."""
     if "MXNET_SUBGRAPH_VERBOSE" in os.environ:
         yield
         return
