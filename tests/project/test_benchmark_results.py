@@ -252,6 +252,8 @@ def _emulation_md(c):
             _ratio(on), _goal(on))),
         ((table, "| SSD, `KEEP_LAYOUTS=0` |"), "| %s |" % _ratio(plain)),
         ((table, "| SSD, oneDNN off |"), "| %s |" % _ratio(ssd("SSD mobilenet0.25 (oneDNN off)"))),
+        ((table, "| gluonnlp BERT classifier"), "| %s |" % _ratio(_fig(
+            c, "bert_step", "gluonnlp BERTClassifier, 2x128, seq 64, batch 16"))),
     ]
 
 
