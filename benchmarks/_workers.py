@@ -120,3 +120,19 @@ def compare(script, baseline, variant, rounds=5, steps=5):
             "ratio_median": statistics.median(ratios),
             "ratio_min": min(ratios), "ratio_max": max(ratios),
             "rounds": rounds, "steps_per_round": steps}
+
+
+def print_ratios(results, path=None):
+    """Print emulated / float32 step results as a table (and write them to ``path``)."""
+    print("CPU float16 emulation cost (numerics, not speed): emulated AMP step / float32 step")
+    print("%-50s %10s %11s %8s %15s" % ("workload", "float32 s", "emulated s", "ratio", "spread"))
+    for r in results:
+        if "skipped" in r:
+            print("%-50s skipped: %s" % (r["workload"], r["skipped"]))
+            continue
+        print("%-50s %10.4f %11.4f %7.2fx %7.2f-%.2fx" % (
+            r["workload"], r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
+            r["ratio_min"], r["ratio_max"]))
+    if path:
+        with open(path, "w") as handle:
+            json.dump(results, handle, indent=2)

@@ -12,12 +12,11 @@ Usage: ``python benchmarks/bert_step.py [--rounds N] [--steps N] [--json PATH]``
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _workers import SETTLE, compare  # noqa: E402
+from _workers import SETTLE, compare, print_ratios  # noqa: E402
 
 SETUP = SETTLE + r"""
 def setup(amp_on, batch=16, length=64, units=128, vocab_size=1000):
@@ -82,19 +81,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    results = run(args.rounds, args.steps)
-    print("CPU float16 emulation cost (numerics, not speed): emulated AMP step / float32 step")
-    print("%-50s %10s %11s %8s %15s" % ("workload", "float32 s", "emulated s", "ratio", "spread"))
-    for r in results:
-        if "skipped" in r:
-            print("%-50s skipped: %s" % (r["workload"], r["skipped"]))
-            continue
-        print("%-50s %10.4f %11.4f %7.2fx %7.2f-%.2fx" % (
-            r["workload"], r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
-            r["ratio_min"], r["ratio_max"]))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    print_ratios(run(args.rounds, args.steps), args.json)
     return 0
 
 

@@ -16,12 +16,11 @@ of results recorded before kept layouts became the default; see docs/emulation.m
 Usage: ``python benchmarks/emulation.py [--rounds N] [--steps N] [--json PATH]``
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _workers import SETTLE, compare  # noqa: E402
+from _workers import SETTLE, compare, print_ratios  # noqa: E402
 
 SETUP = SETTLE + r"""
 def setup(model, amp_on, keep_layouts=True, batch=64):
@@ -97,16 +96,7 @@ def main(argv=None):
                         help="steps per block (the digits CNN: 20 times as many)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    results = run(args.rounds, args.steps)
-    print("CPU float16 emulation cost (numerics, not speed): emulated AMP step / float32 step")
-    print("%-50s %10s %11s %8s %15s" % ("workload", "float32 s", "emulated s", "ratio", "spread"))
-    for r in results:
-        print("%-50s %10.4f %11.4f %7.2fx %7.2f-%.2fx" % (
-            r["workload"], r["baseline_s_per_step"], r["variant_s_per_step"], r["ratio_median"],
-            r["ratio_min"], r["ratio_max"]))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    print_ratios(run(args.rounds, args.steps), args.json)
     return 0
 
 
