@@ -16,7 +16,7 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.graph import Graph
-from .._core.progress import bar
+from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._inference import default_ctx, inference_graph
@@ -242,7 +242,7 @@ class _Evaluator:
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:
-            self.bar = bar(desc="search: evaluations", leave=False)
+            self.bar = progress_bars(desc="search: evaluations", leave=False)
 
     def convert_with(self, layers):
         key = tuple(sorted(layers))

@@ -17,7 +17,7 @@ from mxnet import gluon
 from .. import emulation
 from .._core.convert import ConversionError
 from .._core.dtypes import FLOAT16, FLOAT32
-from .._core.progress import bar
+from .._core.progress import progress as progress_bars
 from ._bfloat16_emulation import emulation_note
 from ._detections import OutputCheck, compare_outputs
 from ._inference import default_ctx, is_cpu, symbol_block
@@ -167,9 +167,8 @@ class Runner:
 
 
 def progress_bar(iterable, enabled, desc, total=None):
-    if not enabled:
-        return iterable
-    return bar(iterable, desc=desc, total=total, leave=False)
+    """``iterable`` with a bar where someone watches (``enabled``, and ``_core.progress.bars_wanted``)."""
+    return progress_bars(iterable, enabled, desc=desc, total=total, leave=False)
 
 
 def run_batches(runner, batches, progress, desc):

@@ -49,6 +49,28 @@ def test_training_loop_writes_no_bar_into_a_log(monkeypatch):
     assert log.getvalue() == ""
 
 
+@pytest.mark.slow
+def test_validate_writes_no_bar_into_a_log_even_when_asked(monkeypatch):
+    from mxmixed import symbolic
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.delenv(_progress.ENV, raising=False)
+    net = digits_cnn(seed=0)
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(8, 1, 8, 8))
+    net(x)
+    sym = net(mx.sym.var("data"))
+    params = {k: v.data() for k, v in net.collect_params().items()}
+    args = {k: v for k, v in params.items() if k in sym.list_arguments()}
+    auxs = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
+    model = symbolic.convert(sym, args, auxs)
+    symbolic.validate((sym, args, auxs), model, x.asnumpy(), batch_size=2, progress=True)
+    assert log.getvalue() == ""
+    monkeypatch.setenv(_progress.ENV, "1")
+    symbolic.validate((sym, args, auxs), model, x.asnumpy(), batch_size=2, progress=True)
+    assert "validate" in log.getvalue()
+
+
 def _convert(checkpoint, tmp_path, **env):
     return subprocess.run(
         [sys.executable, "-m", "mxmixed", "convert", checkpoint, "0", "--out",
