@@ -510,8 +510,10 @@ def test_validate_runs_a_cast_gluon_block_on_float16_inputs():
     assert 0 < result.max_rel_error < 1e-2
 
 
-def test_validate_shows_a_progress_bar(resnet18, resnet18_fp16, capsys):
+def test_validate_shows_a_progress_bar_where_someone_watches(resnet18, resnet18_fp16, capsys,
+                                                             monkeypatch):
     fp32 = (resnet18["sym"], resnet18["args"], resnet18["auxs"])
+    monkeypatch.setenv("MXMIXED_PROGRESS", "1")  # captured stderr is no terminal
     symbolic.validate(fp32, resnet18_fp16[0], resnet18["X"], batch_size=1)
     assert "validate float16" in capsys.readouterr().err
 
