@@ -261,6 +261,14 @@ def _convert_samples(args, symbolic, sym, arg_params, aux_params):
     return _samples(args, shape, mapped, count, strict=args.validate > 0), shape, {}
 
 
+def _check_named_memory(inference, shapes, count, batch_size):
+    """Refuse, in one line, named samples whose forward passes would not fit in memory."""
+    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size),
+                 "%d samples of %s and a forward pass at batch size %d"
+                 % (count, ", ".join("%s %s" % (n, ",".join(map(str, s)) or "()")
+                                     for n, s in shapes.items()), batch_size))
+
+
 def _is_npz(path):
     """Whether ``path`` is a .npz archive (a zip file), whatever its name."""
     import zipfile
@@ -285,6 +293,10 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
 
     inference, names = _graph_inputs(sym, arg_params, aux_params)
     source = "--inputs %s" % args.inputs if args.inputs else "--input"
+    declared = ({n: tuple(m[0][1:]) for n, m in _npz_members(args.inputs).items()}
+                if args.inputs else {spec[0]: spec[1] for spec in args.input_specs})
+    if set(declared) == set(names):  # otherwise the names are refused below, before any work
+        _check_named_memory(inference, declared, count, args.batch_size)
     if args.inputs:
         arrays = _npz_arrays(args.inputs, count, strict)
     else:
@@ -294,11 +306,13 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
             if name in arrays:
                 raise CLIError("--input %s is given twice; the graph's data inputs are %s"
                                % (name, ", ".join(names)))
+            if name not in names:
+                continue  # named in the one-line refusal below; no sample is drawn for it
             if dtype_name.startswith("int"):
                 arrays[name] = rng.randint(0, high, size=(count,) + shape).astype(dtype_name)
             else:
                 arrays[name] = rng.uniform(0.0, high, size=(count,) + shape).astype(dtype_name)
-    unknown = [n for n in arrays if n not in names]
+    unknown = [n for n in declared if n not in names]
     missing = [n for n in names if n not in arrays]
     if unknown or missing:
         raise CLIError("%s: %s; the graph's data inputs are %s (one %s each)"
@@ -326,28 +340,82 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
     return arrays, shapes
 
 
+def _npz_members(path):
+    """``{name: (shape, fortran_order, dtype, zip member)}`` of a .npz, from each array's header.
+
+    Nothing but the headers is read, and no pickled (object) array is accepted, so a crafted
+    archive can neither run code nor make this allocate what it declares.
+    """
+    import zipfile
+
+    import numpy as np
+
+    members = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise ValueError("member %r is not a .npy array" % info.filename)
+                with archive.open(info) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read(handle)
+                if dtype.hasobject:
+                    raise ValueError("array %r holds Python objects (a pickle), which are "
+                                     "never loaded" % info.filename[:-4])
+                members[info.filename[:-4]] = (shape, fortran, dtype, info)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise CLIError("cannot read inputs file %s as a NumPy .npz archive: %s"
+                       % (path, str(err).splitlines()[0] if str(err) else type(err).__name__)
+                       ) from None
+    return members
+
+
+def _npz_rows(path, member, count):
+    """The first ``count`` rows of one array of a .npz, reading no more of it than they take."""
+    import zipfile
+
+    import numpy as np
+
+    shape, fortran, dtype, info = member
+    rows = min(count, shape[0])
+    row_items = int(np.prod(shape[1:], dtype=np.int64))
+    with zipfile.ZipFile(path) as archive, archive.open(info) as handle:
+        version = np.lib.format.read_magic(handle)
+        (np.lib.format.read_array_header_1_0 if version == (1, 0)
+         else np.lib.format.read_array_header_2_0)(handle)
+        if fortran and len(shape) > 1:  # column-major: the first rows are not contiguous
+            data = handle.read(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+            full = np.frombuffer(data, dtype=dtype).reshape(shape, order="F")
+            return np.ascontiguousarray(full[:rows])
+        data = handle.read(rows * row_items * dtype.itemsize)
+    if len(data) != rows * row_items * dtype.itemsize:
+        raise CLIError("inputs file %s: array %r is cut short" % (path, info.filename[:-4]))
+    return np.frombuffer(data, dtype=dtype).reshape((rows,) + tuple(shape[1:]))
+
+
 def _npz_arrays(path, count, strict):
     """The first ``count`` samples of each array of a .npz: int32 for integers, else float32."""
     import numpy as np
 
-    try:
-        archive = np.load(path, allow_pickle=False)
-        with archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as err:
-        raise CLIError("cannot read inputs file %s as a NumPy .npz archive: %s"
-                       % (path, str(err).splitlines()[0])) from None
-    if not arrays:
+    members = _npz_members(path)
+    if not members:
         raise CLIError("inputs file %s is a .npz archive with no arrays" % path)
-    out = {}
-    for name, value in arrays.items():
-        if value.ndim < 1 or value.dtype.kind not in "fiub":
+    for name, (shape, _, kind, _) in members.items():
+        if len(shape) < 1 or kind.kind not in "fiub":
             raise CLIError("inputs file %s: array %r must hold numbers, one sample per row "
-                           "(N, ...), got %s of shape %s" % (path, name, value.dtype, value.shape))
-        if len(value) < count and strict:
+                           "(N, ...), got %s of shape %s" % (path, name, kind, shape))
+        if shape[0] < count and strict:
             raise CLIError("inputs file %s: array %r holds %d samples, fewer than the %d asked "
-                           "for" % (path, name, len(value), count))
-        value = value[:count]
+                           "for" % (path, name, shape[0], count))
+    lengths = {shape[0] for shape, _, _, _ in members.values()}
+    if len(lengths) > 1:
+        raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
+                       % (path, ", ".join("%s %d" % (n, m[0][0]) for n, m in members.items())))
+    out = {}
+    for name, member in members.items():
+        value = _npz_rows(path, member, count)
         if value.dtype.kind in "iub":
             if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
                 raise CLIError("inputs file %s: array %r holds integers beyond int32"
@@ -361,15 +429,13 @@ def _npz_arrays(path, count, strict):
                                "NaN (as float32); a validation on them proves nothing"
                                % (path, name, bad, value.size))
             out[name] = value
-    lengths = {len(v) for v in out.values()}
-    if len(lengths) > 1:
-        raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
-                       % (path, ", ".join("%s %d" % (n, len(v)) for n, v in out.items())))
     return out
 
 
 def _sample_shape(args):
     """The shape of one sample: from --input-shape, or read from the .npy header."""
+    import zipfile
+
     import numpy as np
 
     if args.input_shape:
@@ -378,9 +444,10 @@ def _sample_shape(args):
         raise CLIError("inputs file %s does not exist" % args.inputs)
     try:
         samples = np.load(args.inputs, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
-                       % (args.inputs, str(err).splitlines()[0])) from None
+                       % (args.inputs, str(err).splitlines()[0] if str(err)
+                          else type(err).__name__)) from None
     if not isinstance(samples, np.ndarray):  # np.load opens a .npz archive as an NpzFile
         names = list(samples.files)
         samples.close()

@@ -3,7 +3,9 @@
 Each check fails with a one-line :class:`CLIError` before a model is loaded or a sample is
 allocated, so that a bad location or an impossible size never costs a validation run.
 """
+import contextlib
 import importlib
+import io
 import math
 import os
 import tempfile
@@ -139,7 +141,9 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     Parameters
     ----------
     sym : mxnet.symbol.Symbol
-    data_name : str
+    data_name : str or dict of str to tuple of int
+        The data input; or, for a graph of several, ``{name: one sample's shape}`` (then
+        ``sample_shape`` is None).
     sample_shape : tuple of int
         One sample, without the batch axis.
     count, batch_size : int
@@ -148,17 +152,21 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     -------
     int
     """
+    shapes = dict(data_name) if isinstance(data_name, dict) else {data_name: sample_shape}
+    shapes = {n: tuple(s) for n, s in shapes.items()}
     batch = min(batch_size, count)
     internals = sym.get_internals()
-    try:
-        _, inner, _ = internals.infer_shape(**{data_name: (batch,) + tuple(sample_shape)})
-        _, outputs, _ = sym.infer_shape(**{data_name: (1,) + tuple(sample_shape)})
+    try:  # MXNet prints "infer_shape error. Arguments: ..." to stdout before it raises
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, inner, _ = internals.infer_shape(**{n: (batch,) + s for n, s in shapes.items()})
+            _, outputs, _ = sym.infer_shape(**{n: (1,) + s for n, s in shapes.items()})
     except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
         raise CLIError("samples of shape %s at batch size %d do not fit the graph: %s"
-                       % (",".join(map(str, sample_shape)), batch, one_line(err))) from None
+                       % (", ".join(",".join(map(str, s)) or "()" for s in shapes.values()),
+                          batch, one_line(err))) from None
     activations = sum(_size(s) for s in inner or ())
     kept = count * sum(_size(s) for s in outputs or ())
-    return 4 * (count * _size(sample_shape) + 2 * (activations + kept))
+    return 4 * (count * sum(_size(s) for s in shapes.values()) + 2 * (activations + kept))
 
 
 def check_memory(needed, what):

@@ -108,6 +108,88 @@ def test_a_npz_with_a_wrong_name_names_the_graphs_inputs(bert, tmp_path, capsys)
     assert "no data input named 'length'" in line and "data0, data1, data2" in line, line
 
 
+def _declared_npz(path, arrays, header_only=()):
+    """A .npz whose members ``header_only`` declare their shape but hold no data."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, value in arrays.items():
+            buffer = io.BytesIO()
+            if name in header_only:
+                np.lib.format.write_array_header_1_0(buffer, {
+                    "descr": np.lib.format.dtype_to_descr(value.dtype),
+                    "fortran_order": False, "shape": value.shape})
+            else:
+                np.lib.format.write_array(buffer, value, allow_pickle=True)
+            archive.writestr(name + ".npy", buffer.getvalue())
+
+
+def _refusal(bert, tmp_path, capsys, path):
+    code, out, err = run_convert([bert, "0", "--out", str(tmp_path / "out"), "--validate", "4",
+                                  "--inputs", path], capsys)
+    assert code == cli.EXIT_USAGE, err
+    assert "Traceback" not in err and not out.strip() and _written(tmp_path) == []
+    line, = err.strip().splitlines()
+    return line
+
+
+def test_a_npz_with_a_pickled_array_is_refused_unread(bert, tmp_path, capsys):
+    path = str(tmp_path / "pickled.npz")
+    _declared_npz(path, dict(_inputs(4), data0=np.array([{"a": 1}] * 4, dtype=object)))
+    assert "holds Python objects (a pickle), which are never loaded" in _refusal(
+        bert, tmp_path, capsys, path)
+
+
+def test_a_file_that_only_starts_like_a_zip_is_one_line(bert, tmp_path, capsys):
+    path = str(tmp_path / "broken.npz")
+    with open(path, "wb") as handle:
+        handle.write(b"PK\x03\x04 and nothing a zip file holds")
+    assert "cannot read inputs file" in _refusal(bert, tmp_path, capsys, path)
+
+
+def test_a_npz_whose_arrays_disagree_on_the_sample_count_is_refused(bert, tmp_path, capsys):
+    path = str(tmp_path / "uneven.npz")
+    arrays = _inputs(6)
+    np.savez(path, **dict(arrays, data2=arrays["data2"][:5]))
+    assert "different numbers of samples (data0 6, data1 6, data2 5)" in _refusal(
+        bert, tmp_path, capsys, path)
+
+
+def test_only_the_samples_used_are_read_from_a_npz(bert, tmp_path, capsys):
+    path = str(tmp_path / "long.npz")
+    stored = _inputs(6, seed=1)
+    import io
+    import zipfile
+    with zipfile.ZipFile(path, "w") as archive:  # each array declares 2^28 rows, stores 6
+        for name, value in stored.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array_header_1_0(buffer, {
+                "descr": np.lib.format.dtype_to_descr(value.dtype), "fortran_order": False,
+                "shape": (2 ** 28,) + value.shape[1:]})
+            buffer.write(value.tobytes())
+            archive.writestr(name + ".npy", buffer.getvalue())
+    code, out, err = run_convert([bert, "0", "--out", str(tmp_path / "out"), "--validate", "4",
+                                  "--inputs", path], capsys)
+    assert code == cli.EXIT_OK, err
+    assert "Validation: float16 against float32" in out
+
+
+def test_named_samples_too_large_for_memory_are_refused_before_any_is_read(
+        tmp_path, capsys, monkeypatch):
+    from mxmixed.cli import _preflight
+    a, b, w = mx.sym.var("a"), mx.sym.var("b"), mx.sym.var("w")
+    prefix = str(tmp_path / "two")
+    mx.model.save_checkpoint(prefix, 0, mx.sym.broadcast_mul(mx.sym.relu(a + b), w, name="out"),
+                             {"w": mx.nd.ones((1, 1))}, {})
+    path = str(tmp_path / "declared.npz")
+    row = np.zeros((4, 2 ** 20), dtype=np.float32)
+    _declared_npz(path, {"a": row, "b": row}, header_only={"a", "b"})  # declared, not stored
+    monkeypatch.setattr(_preflight, "available_memory", lambda: 2 ** 20)  # 1 MiB
+    line = _refusal(prefix, tmp_path, capsys, path)
+    assert "4 samples of a 1048576, b 1048576" in line and "of memory" in line, line
+
+
 def test_integer_inputs_are_never_cast(bert):
     # MXNet's AMP pass treats every data input as float32; the token ids feed Embedding (on
     # the float32 list), so no amp_cast reads them, and the settling types them as int32
