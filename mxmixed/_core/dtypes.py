@@ -2,14 +2,17 @@
 
 MXNet 1.9.1 has no NumPy bfloat16: it represents one as a 2-byte record whose NumPy name is
 'void16', while MXNet (its ops' ``dtype`` attributes, its AMP lists) spells it 'bfloat16'.
-Every module takes these constants and names from here.
+Every module takes these constants and names from here, and :class:`LastArrays` keeps what
+was read of the last arrays' dtypes and contexts.
 """
+import operator
+
 import numpy as np
 
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 __all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "dtype_name", "numpy_name", "is_floating",
-           "amp_list_key"]
+           "amp_list_key", "LastArrays"]
 
 FLOAT16 = np.dtype(np.float16)
 FLOAT32 = np.dtype(np.float32)
@@ -41,3 +44,38 @@ def is_floating(dtype):
     """Whether ``dtype`` is a floating type, bfloat16 included (None: False)."""
     return dtype is not None and (np.dtype(dtype) == BFLOAT16
                                   or np.issubdtype(np.dtype(dtype), np.floating))
+
+
+class LastArrays:
+    """What was found of the last list of arrays asked about, kept while the same arrays come.
+
+    An NDArray object's dtype and context never change, and asking MXNet for them costs a C
+    call each (plus a ``Context`` object). A training loop hands the same parameter and
+    gradient arrays every step, so checks that read every array's dtype and context run once,
+    not on every step. The arrays of the last call are held until the next one with others.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last = ((), None)  # one attribute, so that threads see a pair that belongs together
+
+    def get(self, arrays, find):
+        """``find(arrays)``, or what it gave for the same objects last time.
+
+        Parameters
+        ----------
+        arrays : sequence of mxnet.nd.NDArray
+        find : callable
+            Of the arrays' dtypes and contexts only.
+
+        Returns
+        -------
+        object
+        """
+        last, found = self._last
+        if len(arrays) == len(last) and all(map(operator.is_, arrays, last)):
+            return found
+        found = find(arrays)
+        self._last = (tuple(arrays), found)
+        return found

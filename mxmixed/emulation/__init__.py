@@ -21,9 +21,11 @@ Where it applies:
 * ``_contrib_ROIAlign`` (any dtype) and float16 CSR x dense ``dot``, whose CPU kernels answer
   differently from the GPU's: the emulation gives the GPU's answer (padding ROIs' rows
   zeroed; the GPU sparse kernels' arithmetic);
-* ``mxnet.contrib.amp``'s overflow check: ``LossScaler.has_overflow`` sums the squares of the
-  CPU gradients first (one ``multi_sum_sq``) and runs MXNet's slow CPU ``multi_all_finite``
-  only when a sum is not finite, so its decision is MXNet's, several times faster.
+* ``mxnet.contrib.amp``'s overflow check: ``LossScaler.has_overflow`` runs MXNet's
+  per-element test on the CPU gradients in one vectorized pass (the rounding library's
+  ``_mxmixed_nonfinite``; without the library, float32 sums of squares first and MXNet's slow
+  CPU ``multi_all_finite`` only when a sum is not finite), so its decision is MXNet's, several
+  times faster.
 
 A biased FullyConnected, Convolution or Deconvolution rounds twice, as MXNet's GPU kernels do:
 its no-bias result is rounded to float16, then the bias is added in float16 arithmetic.

@@ -8,6 +8,7 @@ from typing import Any, Sequence, Tuple
 
 import mxnet as mx
 
+from .._core.dtypes import LastArrays
 from .._core.state import EMULATION
 from ._graphpass import emulate_symbol, rewritten_op_types
 from ._wrappers import refuse_deconv_training
@@ -43,9 +44,22 @@ class EmulatedCachedOp:
         self._deconv = {}
         self._hook = None
         self.is_np_sym = REAL_CACHED_OP(sym, self._flags).is_np_sym
+        # Gluon hands its parameters at param_indices, the same arrays on every call: their
+        # dtypes are read once (LastArrays); the data's on every call
+        params = dict(self._flags).get("param_indices", ())
+        params = set(params if isinstance(params, (list, tuple)) and all(
+            isinstance(i, int) and 0 <= i < len(self._names) for i in params) else ())
+        self._param_at = sorted(params)
+        self._data_at = [i for i in range(len(self._names)) if i not in params]
+        self._params = LastArrays()
 
     def _op_for(self, args):
-        key = (EMULATION.active,) + tuple((a.dtype, a.context.device_type) for a in args)
+        if len(args) == len(self._names):
+            data = _signature([args[i] for i in self._data_at])
+            params = self._params.get([args[i] for i in self._param_at], _signature)
+            key = (EMULATION.active, data, params)
+        else:  # MXNet's own CachedOp says what is wrong with the arguments
+            key = (EMULATION.active, _signature(args))
         op = self._ops.get(key)
         if op is None:
             sym = self._sym
@@ -71,6 +85,10 @@ class EmulatedCachedOp:
         self._hook = (callback, monitor_all)
         for op in self._ops.values():
             op._register_op_hook(callback, monitor_all)
+
+
+def _signature(arrays):
+    return tuple((a.dtype, a.context.device_type) for a in arrays)
 
 
 def _is_cpu(ctx):

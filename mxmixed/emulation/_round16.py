@@ -18,7 +18,12 @@ oneDNN's blocked arrays in their own layout (:func:`keep_layouts`);
 ``MXMIXED_EMULATION_KEEP_LAYOUTS=0`` keeps the plain compute, which reproduces results
 recorded before this became the default.
 
-The same library registers ``_mxmixed_round_bf16`` (:func:`round_bf16_op`): float32 in, float32
+The same library registers ``_mxmixed_nonfinite`` (:func:`nonfinite_op`): one float32 flag
+per float32 or float16 array, 1 where the array holds an inf or a NaN, from a vectorized test
+of the exponent bits (MXNet's ``multi_all_finite`` test, without its per-element cost). The
+emulation's overflow check uses it once the library is loaded.
+
+The same library also registers ``_mxmixed_round_bf16`` (:func:`round_bf16_op`): float32 in, float32
 out holding the bfloat16-rounded value (round-to-nearest-even, overflow to inf, subnormals
 kept, NaN kept), in plain C++ with no AVX-512 and no bfloat16 tensor. It is the rounding of the
 bfloat16 emulation that validates a bfloat16 model where MXNet's bfloat16 cannot run
@@ -57,12 +62,14 @@ import mxnet as mx
 from .._core.env import CACHE_DIR, cache_dir, switch
 from .._core.errors import one_line
 
-__all__ = ["OP", "BF16_OP", "MXNET_RELEASE", "round16_op", "round_bf16_op", "build", "load", "keep_layouts",
-           "blocked_calls", "status"]
+__all__ = ["OP", "BF16_OP", "NONFINITE_OP", "MXNET_RELEASE", "round16_op", "round_bf16_op",
+           "nonfinite_op", "build", "load", "keep_layouts", "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
 #: The bfloat16 rounding op of the same library.
 BF16_OP = "_mxmixed_round_bf16"
+#: The exact inf/NaN test of the same library: one flag per float32 or float16 array.
+NONFINITE_OP = "_mxmixed_nonfinite"
 #: The MXNet release whose internals ``round16_onednn.cc`` reads (``MKLDNNMemory``).
 MXNET_RELEASE = ("1.9.1", 10901)
 _EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
@@ -428,6 +435,19 @@ def round_bf16_op():
     str or None
     """
     return BF16_OP if round16_op() is not None else None
+
+
+def nonfinite_op():
+    """The exact inf/NaN test's op name when the library is loaded in this process, else None.
+
+    The library is loaded by the emulation's first rounding (:func:`round16_op`); this never
+    builds it, so that an overflow check outside the emulation compiles nothing.
+
+    Returns
+    -------
+    str or None
+    """
+    return NONFINITE_OP if _STATE["op"] is not None else None
 
 
 def _one_line(err):

@@ -8,7 +8,15 @@
 // nearest even, overflow to inf, bfloat16 subnormals kept, NaN kept as a quiet NaN), with no
 // bfloat16 tensor and no AVX-512: the rounding of mxmixed.symbolic's bfloat16 emulation, which
 // validates a bfloat16 model on a CPU where MXNet's bfloat16 (oneDNN) cannot run.
+//
+// _mxmixed_nonfinite: num_arrays float32 or float16 arrays in, one float32 flag per array out
+// (1 when the array holds an inf or a NaN, else 0): the exact per-element test of MXNet's
+// multi_all_finite, on the exponent bits, at the speed of one vectorized pass over the data.
+// The emulation's overflow check (mxmixed/emulation/_overflow.py) runs it on the gradients.
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 #include "mxnet/lib_api.h"
 #include "round16_kernel.h"
 
@@ -103,6 +111,83 @@ static MXReturnValue backwardBf16(const std::unordered_map<std::string, std::str
   round_bf16(inputs->at(0).data<float>(), outputs->at(0).data<float>(), inputs->at(0).size());
   return MX_SUCCESS;
 }
+
+// Whether any of n elements has an all-ones exponent (inf or NaN). The loop has no branch and
+// no early exit, so that GCC vectorizes it: a max over the exponent fields.
+template <typename Bits>
+static inline bool any_nonfinite(const Bits* bits, int64_t n, Bits exponent) {
+  Bits top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Bits e = bits[i] & exponent;
+    top = e > top ? e : top;
+  }
+  return top == exponent;
+}
+
+static MXReturnValue parseNonfinite(const std::unordered_map<std::string, std::string>& attrs,
+                                    int* num_in, int* num_out) {
+  auto found = attrs.find("num_arrays");
+  char* end = nullptr;
+  const long count = found == attrs.end() ? 0 : std::strtol(found->second.c_str(), &end, 10);
+  if (found == attrs.end() || end == found->second.c_str() || *end != '\0' || count < 1 ||
+      count > (1 << 20)) {
+    MX_ERROR_MSG << "_mxmixed_nonfinite needs num_arrays, a count of at least 1";
+    return MX_FAIL;
+  }
+  *num_in = static_cast<int>(count);
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+static MXReturnValue inferTypeNonfinite(const std::unordered_map<std::string, std::string>& attrs,
+                                        std::vector<int>* in_types, std::vector<int>* out_types) {
+  for (size_t i = 0; i < in_types->size(); ++i) {
+    const int type = in_types->at(i);
+    if (type != kFloat32 && type != kFloat16) {
+      MX_ERROR_MSG << "_mxmixed_nonfinite takes float32 or float16 arrays; array " << i
+                   << " has type " << type;
+      return MX_FAIL;
+    }
+  }
+  out_types->at(0) = kFloat32;
+  return MX_SUCCESS;
+}
+
+static MXReturnValue inferShapeNonfinite(
+    const std::unordered_map<std::string, std::string>& attrs,
+    std::vector<std::vector<unsigned int>>* in_shapes,
+    std::vector<std::vector<unsigned int>>* out_shapes) {
+  out_shapes->at(0) = {static_cast<unsigned int>(in_shapes->size())};
+  return MX_SUCCESS;
+}
+
+static MXReturnValue forwardNonfinite(const std::unordered_map<std::string, std::string>& attrs,
+                                      std::vector<MXTensor>* inputs,
+                                      std::vector<MXTensor>* outputs, const OpResource& res) {
+  float* flags = outputs->at(0).data<float>();
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    MXTensor& array = inputs->at(i);
+    bool bad;
+    if (array.dtype == kFloat32) {
+      bad = any_nonfinite(static_cast<const uint32_t*>(array.data_ptr), array.size(),
+                          static_cast<uint32_t>(0x7F800000u));
+    } else if (array.dtype == kFloat16) {
+      bad = any_nonfinite(static_cast<const uint16_t*>(array.data_ptr), array.size(),
+                          static_cast<uint16_t>(0x7C00u));
+    } else {
+      MX_ERROR_MSG << "_mxmixed_nonfinite takes float32 or float16 arrays";
+      return MX_FAIL;
+    }
+    flags[i] = bad ? 1.0f : 0.0f;
+  }
+  return MX_SUCCESS;
+}
+
+REGISTER_OP(_mxmixed_nonfinite)
+.setForward(forwardNonfinite, "cpu")
+.setParseAttrs(parseNonfinite)
+.setInferType(inferTypeNonfinite)
+.setInferShape(inferShapeNonfinite);
 
 REGISTER_OP(_mxmixed_round_bf16)
 .setForward(forwardBf16, "cpu")
