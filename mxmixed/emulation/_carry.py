@@ -22,6 +22,13 @@ native float16 op, a graph output) keeps its cast pair, and so does a value whos
 learns only from its reader (an RNN's begin state): the rounding op's shape inference runs
 forward only. Without the rounding op (no compiler), or with ``MXMIXED_EMULATION_CARRY=0``,
 the graph is left as it is: the same bits, in two passes.
+
+A relu between two roundings needs only one of them (:func:`_exact_relus`): the relu of a
+float16 value is that value or zero, and its gradient is the incoming one or zero, so the
+rounding after it changes nothing forward, and going back the rounding before it rounds the
+same gradient: round(mask * g) is mask * round(g). This holds only where each rounding has the
+relu as its one neighbour (no other reader adds an unrounded gradient), and is checked so.
+Only a NaN's payload can differ (its low bits, which float16 cannot hold).
 """
 import ast
 import os
@@ -85,7 +92,42 @@ def carry_float32(graph, float32_entries):
             and nodes[c]["inputs"][0][0] not in shaped_late}
     if not (pairs or fans) or round16_op() is None:
         return graph
-    return _rebuilt(graph, pairs, fans)
+    return _exact_relus(_rebuilt(graph, pairs, fans))
+
+
+def _is_relu(node):
+    return node["op"] == "Activation" and node.get("attrs", {}).get("act_type") == "relu"
+
+
+def _exact_relus(graph):
+    """The graph without the roundings of relu outputs whose input is a rounding.
+
+    A rounding R is dropped when it reads a relu A (R its only reader, A's output not a graph
+    output), A reads a rounding P (A its only reader), and R is not a graph output; R's readers
+    then read A. The values and gradients stay bit for bit (see the module's notes).
+    """
+    op = round16_op()
+    nodes, readers = graph.nodes, graph.readers
+    heads = {(src, out) for src, out, _ in graph.heads}
+    dropped = {}
+    for r, node in enumerate(nodes):
+        if node["op"] != op or (r, 0) in heads:
+            continue
+        a, out = node["inputs"][0][:2]
+        if out != 0 or not _is_relu(nodes[a]) or readers((a, 0)) != [r] or (a, 0) in heads:
+            continue
+        p, out = nodes[a]["inputs"][0][:2]
+        if out == 0 and nodes[p]["op"] == op and readers((p, 0)) == [a] and (p, 0) not in heads:
+            dropped[r] = a
+    if not dropped:
+        return graph
+    new = graph.rebuild()
+    for i, node in enumerate(nodes):
+        if i in dropped:
+            new.redirect((i, 0), new.entry([dropped[i], 0, 0]))
+        else:
+            new.place(i, new.add(new.mapped(node)))
+    return new.graph()
 
 
 def _rebuilt(graph, pairs, fans):

@@ -286,7 +286,9 @@ def count_emulated(sym: "mx.sym.Symbol") -> Dict[str, int]:
     -------
     dict
         ``{'to_float32': n, 'to_float16': m}`` (the bias composition's inner casts not
-        counted).
+        counted). A rounding op of the float32 carry counts as the cast pair it stands for;
+        the cast pair the carry leaves out after a relu of a rounded value (it rounds
+        nothing) is not counted.
     """
     counts = {"to_float32": 0, "to_float16": 0}
     for node in Graph(sym).nodes:
