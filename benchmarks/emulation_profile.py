@@ -10,7 +10,8 @@ time into:
 - emulated ops: the ops of :data:`mxmixed.emulation.EMULATED_OPS` (and their backward);
 - oneDNN reorders: operators named ``*reorder*`` (MXNet 1.9.1 runs most layout reorders inside
   the op that needs them, so they show up in that op's time, not here);
-- the overflow check (``multi_sum_sq``, ``multi_all_finite``);
+- the overflow check (``_mxmixed_nonfinite``; ``multi_sum_sq`` and ``multi_all_finite``
+  without the extension library);
 - everything else.
 
 The same workload's float32 step is profiled too, for the floor the emulation can reach: the
@@ -36,7 +37,7 @@ WORKLOADS = ("digits_cnn", "cifar_resnet20_v1", "ssd")
 _ROW = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 CASTS = {"amp_cast", "amp_multicast", "Cast"}
 ROUND = {"_mxmixed_round16"}
-CHECK = {"multi_all_finite", "all_finite", "multi_sum_sq"}
+CHECK = {"multi_all_finite", "all_finite", "multi_sum_sq", "_mxmixed_nonfinite"}
 
 
 def category(op, emulated):

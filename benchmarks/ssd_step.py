@@ -8,8 +8,8 @@ as gluon-cv's ``train_ssd.py --amp`` runs it. Goal for the emulation as a whole:
 Side by side, in persistent worker processes (``_workers.compare``):
 
 - emulated AMP / float32, oneDNN on (MXNet's default CPU build). The emulation checks for
-  overflow with one ``multi_sum_sq`` (float32 sums of squares; MXNet's ``multi_all_finite``
-  runs only when a sum is not finite, so the skips are MXNet's), see
+  overflow with its extension library's ``_mxmixed_nonfinite`` (the per-element test of
+  MXNet's ``multi_all_finite`` on the exponent bits, one vectorized pass), see
   ``mxmixed/emulation/_overflow.py``;
 - emulated AMP with ``MXMIXED_EMULATION_KEEP_LAYOUTS=0`` / float32, oneDNN on: the rounding
   op hands on plain layouts, the route of results recorded before kept layouts became the
@@ -116,7 +116,7 @@ COMPARISONS = [
 
 CASTS = ("amp_cast", "amp_multicast", "Cast", "_backward_amp_cast", "_backward_amp_multicast",
          "_backward_Cast")
-CHECK = ("multi_all_finite", "all_finite", "multi_sum_sq")
+CHECK = ("multi_all_finite", "all_finite", "multi_sum_sq", "_mxmixed_nonfinite")
 _ROW = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
 
@@ -164,8 +164,8 @@ def profile(steps=5):
 
 def check_ab(rounds=5, steps=3):
     """In one process, three emulated AMP nets with MXNet's overflow check, the emulation's
-    (multi_sum_sq) check and none, timed in alternating blocks: ratios to MXNet's check (no
-    cross-process noise)."""
+    check and none, timed in alternating blocks: ratios to MXNet's check (no cross-process
+    noise)."""
     import statistics
     import time
 
@@ -174,7 +174,7 @@ def check_ab(rounds=5, steps=3):
     namespace = {}
     exec(SETUP, namespace)  # noqa: S102 - our own setup code, shared with the workers
     variants = {"mxnet": namespace["setup"](amp_on=True, check="mxnet"),
-                "multi_sum_sq": namespace["setup"](amp_on=True),
+                "emulation": namespace["setup"](amp_on=True),
                 "none": namespace["setup"](amp_on=True, check="none")}
     for step in variants.values():
         for _ in range(3):
@@ -189,7 +189,7 @@ def check_ab(rounds=5, steps=3):
             mx.nd.waitall()
             times[name].append((time.perf_counter() - start) / steps)
     out = []
-    for name, label in (("multi_sum_sq", "the emulation's multi_sum_sq check"),
+    for name, label in (("emulation", "the emulation's check"),
                         ("none", "no overflow check")):
         ratios = [v / b for v, b in zip(times[name], times["mxnet"])]
         out.append({"workload": "%s (oneDNN on, one process)" % WORKLOAD,
