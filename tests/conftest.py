@@ -1,5 +1,7 @@
 """Shared fixtures: every test starts and ends with emulation off and seeded generators."""
+import atexit
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -11,8 +13,11 @@ import pytest
 os.environ.setdefault("MPLBACKEND", "Agg")
 # the emulation's rounding op is compiled on first use: into this session's own directory.
 # Under pytest-xdist the controller loads this file first and its workers inherit the folder,
-# so the library is built once per session (the build holds a lock; see _round16).
-os.environ.setdefault("MXMIXED_CACHE_DIR", tempfile.mkdtemp(prefix="mxmixed-cache-"))
+# so the library is built once per session (the build holds a lock; see _round16). The process
+# that made the folder removes it when it exits, after its workers and their subprocesses.
+if not os.environ.get("MXMIXED_CACHE_DIR"):
+    os.environ["MXMIXED_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxmixed-cache-")
+    atexit.register(shutil.rmtree, os.environ["MXMIXED_CACHE_DIR"], ignore_errors=True)
 # Under pytest-xdist (pytest.ini: one worker per core) each worker's MXNet, and every
 # subprocess or notebook kernel it starts, gets its share of the cores (one thread on a
 # 2-core machine), so that the workers do not oversubscribe the machine. Set before MXNet is
