@@ -12,10 +12,11 @@ from mxnet import autograd
 
 from .dtypes import FLOAT16, FLOAT32
 
-__all__ = ["all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
+__all__ = ["CHUNK", "all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
            "param_grads", "nonfinite_gradients", "NonfiniteGradients", "sums_of_squares"]
 
-_CHUNK = 200  # arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does
+#: Arrays per multi_all_finite / multi_sum_sq call, as MXNet's own scaler does.
+CHUNK = 200
 _SUMMED = (FLOAT16, FLOAT32, np.dtype(np.float64))
 
 
@@ -145,9 +146,9 @@ def sums_of_squares(arrays):
     list of mxnet.nd.NDArray
         One 1-d array per chunk of at most 200 arrays, one sum per array, in their order.
     """
-    return [mx.nd.multi_sum_sq(*arrays[start:start + _CHUNK],
-                               num_arrays=len(arrays[start:start + _CHUNK]))
-            for start in range(0, len(arrays), _CHUNK)]
+    return [mx.nd.multi_sum_sq(*arrays[start:start + CHUNK],
+                               num_arrays=len(arrays[start:start + CHUNK]))
+            for start in range(0, len(arrays), CHUNK)]
 
 
 def each_finite(arrays):
@@ -188,8 +189,8 @@ def exact_all_finite(groups):
     with autograd.pause():
         for group in groups:
             ok = mx.nd.ones((1,), ctx=group[0].context)
-            for start in range(0, len(group), _CHUNK):
-                chunk = group[start:start + _CHUNK]
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
                 mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=ok)
             flags.append(ok.as_in_context(mx.cpu()))
         return bool(mx.nd.concat(*flags, dim=0).min().asscalar())

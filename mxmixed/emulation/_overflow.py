@@ -29,7 +29,7 @@ from mxnet.contrib.amp.loss_scaler import LossScaler
 from mxnet.ndarray._internal import _imperative_invoke
 
 from .._core.dtypes import FLOAT16, FLOAT32, LastArrays
-from .._core.finite import (_CHUNK, all_finite as sums_first_all_finite, each_finite,
+from .._core.finite import (CHUNK, all_finite as sums_first_all_finite, each_finite,
                             fast_check_applies, nonfinite_sums)
 from ._round16 import nonfinite_op
 
@@ -52,9 +52,12 @@ def _summable(grads):
 
 
 def _served(arrays):
+    # dense only: MXNet refuses a sparse array to an extension op (a row_sparse Embedding
+    # gradient goes to the sums, whose multi_sum_sq densifies it)
     ctx = arrays[0].context
     return ctx.device_type == "cpu" and all(
-        a.context == ctx and np.dtype(a.dtype) in (FLOAT16, FLOAT32) for a in arrays)
+        a.context == ctx and np.dtype(a.dtype) in (FLOAT16, FLOAT32) and a.stype == "default"
+        for a in arrays)
 
 
 def _handle(op):
@@ -78,16 +81,16 @@ def nonfinite_flags(arrays):
     list of mxnet.nd.NDArray or None
         One 1-d array of flags per chunk of at most 200 arrays, in their order, without
         waiting for MXNet. None when the library's op is not loaded in this process, or the
-        arrays are not all float32 or float16 arrays on one CPU context.
+        arrays are not all dense float32 or float16 arrays on one CPU context.
     """
     op = nonfinite_op()
     if op is None or not arrays or not _SERVED.get(arrays, _served):
         return None
     handle = _handle(op)
     with autograd.pause():
-        return [_imperative_invoke(handle, arrays[start:start + _CHUNK], ["num_arrays"],
-                                   [len(arrays[start:start + _CHUNK])], None, False, False)
-                for start in range(0, len(arrays), _CHUNK)]
+        return [_imperative_invoke(handle, arrays[start:start + CHUNK], ["num_arrays"],
+                                   [len(arrays[start:start + CHUNK])], None, False, False)
+                for start in range(0, len(arrays), CHUNK)]
 
 
 def all_finite(grads):

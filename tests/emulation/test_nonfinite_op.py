@@ -97,14 +97,31 @@ def test_an_array_in_a_onednn_layout_is_tested_by_its_values():
     assert _truth([finite, infinite]).tolist() == [0.0, 1.0]
 
 
+def _row_sparse(value):
+    return mx.nd.sparse.row_sparse_array(
+        (np.array([[1.0, 2.0], [value, 3.0]], dtype="float32"), [0, 2]), shape=(4, 2))
+
+
 @pytest.mark.parametrize("arrays", [
     [mx.nd.array([1.0], dtype="float64")],
     [mx.nd.array([1.0]), mx.nd.array([1.0], ctx=mx.cpu(1))],
     [mx.nd.array([1], dtype="int32")],
+    [mx.nd.array([1.0]), _row_sparse(1.0)],
     [],
-], ids=["float64", "two-contexts", "int32", "none"])
+], ids=["float64", "two-contexts", "int32", "row-sparse", "none"])
 def test_arrays_the_op_does_not_serve_are_left_to_the_sums(arrays):
     assert nonfinite_flags(arrays) is None
+
+
+@pytest.mark.parametrize("value", [1.0, np.inf, np.nan])
+def test_a_row_sparse_gradient_is_checked_by_the_sums(value):
+    # a sparse Embedding's gradient: MXNet refuses sparse arrays to an extension op
+    grads = [mx.nd.array([1.0, 2.0]), _row_sparse(value)]
+    assert all_finite(grads) is bool(np.isfinite(value))
+    ours, theirs = MXNetLossScaler(), MXNetLossScaler()
+    params = [_Param(g) for g in grads]
+    assert has_overflow(ours, params) is REAL_HAS_OVERFLOW(theirs, params) is (
+        not np.isfinite(value))
 
 
 def test_a_float64_array_given_to_the_op_directly_is_refused_in_one_line():
