@@ -188,9 +188,12 @@ class StepRecorder:
                "median_iteration_s": times[len(times) // 2] if times else None,
                "first_nonfinite": self.first_nonfinite}
         if scaled:
+            # first: what the first step's gradients carried; last: what the scaler holds after
+            # the last step (MXNet moves it one step late); min: the least of all of these
             out["loss_scale_first"] = scaled[0]["loss_scale"]
             out["loss_scale_last"] = scaled[-1]["next_loss_scale"]
-            out["loss_scale_min"] = min(s["loss_scale"] for s in scaled)
+            out["loss_scale_min"] = min([s["loss_scale"] for s in scaled]
+                                        + [out["loss_scale_last"]])
         return out
 
 

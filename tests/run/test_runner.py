@@ -13,7 +13,7 @@ from mxnet import gluon
 
 from mxmixed import emulation
 from mxmixed.cli import build_parser
-from mxmixed.run import run_script
+from mxmixed.run import StepRecorder, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -284,3 +284,18 @@ def test_ctrl_c_in_the_script_is_one_line_naming_the_exit_code_and_the_report(tm
     assert line == ("mxmixed run: the script was interrupted (Ctrl-C), exit 130; the report says "
                     "so: %s" % report)
     assert json.loads(report.read_text())["status"] == "interrupted"
+
+
+def test_summary_min_scale_is_no_larger_than_the_last():
+    # gluon-cv's Mask R-CNN: both steps skipped, the scaler halved after the second; MXNet
+    # moves the scale one step late, so no step's gradients carried the halved scale
+    recorder = StepRecorder()
+    recorder.steps = [
+        {"step": 1, "loss_scale": 65536.0, "skipped": True, "iteration_s": None,
+         "next_loss_scale": 65536.0},
+        {"step": 2, "loss_scale": 65536.0, "skipped": True, "iteration_s": 19.0,
+         "next_loss_scale": 32768.0}]
+    summary = recorder.summary()
+    assert summary["loss_scale_first"] == 65536.0
+    assert summary["loss_scale_last"] == summary["loss_scale_min"] == 32768.0
+    assert summary["skipped_steps"] == [1, 2]
