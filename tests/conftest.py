@@ -11,13 +11,19 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# the emulation's rounding op is compiled on first use: into this session's own directory.
+# One temporary folder per session holds everything the suite writes: pytest's tmp_path, the
+# folders the notebooks and the docs' examples make with tempfile (their kernels and
+# subprocesses inherit TMPDIR), and the emulation's rounding library, compiled on first use.
 # Under pytest-xdist the controller loads this file first and its workers inherit the folder,
 # so the library is built once per session (the build holds a lock; see _round16). The process
 # that made the folder removes it when it exits, after its workers and their subprocesses.
+if not os.environ.get("MXMIXED_TEST_TMP"):
+    os.environ["MXMIXED_TEST_TMP"] = tempfile.mkdtemp(prefix="mxmixed-tests-")
+    atexit.register(shutil.rmtree, os.environ["MXMIXED_TEST_TMP"], ignore_errors=True)
+    os.environ["TMPDIR"] = os.environ["MXMIXED_TEST_TMP"]
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
 if not os.environ.get("MXMIXED_CACHE_DIR"):
     os.environ["MXMIXED_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxmixed-cache-")
-    atexit.register(shutil.rmtree, os.environ["MXMIXED_CACHE_DIR"], ignore_errors=True)
 # Under pytest-xdist (pytest.ini: one worker per core) each worker's MXNet, and every
 # subprocess or notebook kernel it starts, gets its share of the cores (one thread on a
 # 2-core machine), so that the workers do not oversubscribe the machine. Set before MXNet is
