@@ -16,9 +16,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # subprocesses inherit TMPDIR), and the emulation's rounding library, compiled on first use.
 # Under pytest-xdist the controller loads this file first and its workers inherit the folder,
 # so the library is built once per session (the build holds a lock; see _round16). The process
-# that made the folder removes it when it exits, after its workers and their subprocesses.
+# that made the folder removes it when it exits, after its workers and their subprocesses. Its
+# name leaves out "mxmixed": tests check that tracebacks do not show the package.
 if not os.environ.get("MXMIXED_TEST_TMP"):
-    os.environ["MXMIXED_TEST_TMP"] = tempfile.mkdtemp(prefix="mxmixed-tests-")
+    os.environ["MXMIXED_TEST_TMP"] = tempfile.mkdtemp(prefix="suite-tmp-")
     atexit.register(shutil.rmtree, os.environ["MXMIXED_TEST_TMP"], ignore_errors=True)
     os.environ["TMPDIR"] = os.environ["MXMIXED_TEST_TMP"]
     tempfile.tempdir = None  # tempfile reads TMPDIR again
