@@ -14,18 +14,9 @@ import numpy as np
 import pytest
 
 from mxmixed import emulation
-from mxmixed.emulation import _round16
 
 F16 = np.float16
 BN = ("gamma", "beta", "moving_mean", "moving_var")
-
-
-@pytest.fixture(scope="module")
-def op():
-    name = _round16.round16_op()
-    if name is None:
-        pytest.skip("no C++ compiler here: " + _round16.status())
-    return name
 
 
 def conv(x, name, kernel=3):

@@ -49,14 +49,6 @@ def round16_symbol(op):
                                         "heads": [[1, 0, 0]]}))
 
 
-@pytest.fixture(scope="module")
-def op():
-    name = _round16.round16_op()
-    if name is None:
-        pytest.skip("no C++ compiler here: " + _round16.status())
-    return name
-
-
 @pytest.mark.slow
 def test_build_makes_a_library_in_the_directory_asked(tmp_path):
     if _round16.round16_op() is None:
