@@ -29,7 +29,9 @@ $(STAMP): constraints.txt setup.py
 	@# and wheel in the venv, and no build isolation (which would hide them)
 	$(PIP) install -q -c constraints.txt cython wheel
 	$(PIP) install -q -c constraints.txt --no-build-isolation -e ".[$(MX_EXTRA),$(EXTRAS)]"
-	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@# ipykernel stages the kernel spec in a temporary folder and leaves it: give it one we remove
+	tmp=$$(mktemp -d) && { TMPDIR=$$tmp $(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null; \
+	  status=$$?; rm -rf "$$tmp"; exit $$status; }
 	@# the emulation's rounding op, compiled once now rather than at first use (no compiler: a warning)
 	$(PY) -c "from mxmixed.emulation import _round16; print('float16 rounding op:', _round16.round16_op() or 'none, cast pairs', '-', _round16.status())"
 	@rm -f $(VENV)/.installed-*
