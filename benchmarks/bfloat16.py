@@ -6,7 +6,7 @@ bfloat16), taken per round with the two variants timed in alternation, block aft
 one process; the median and the min-max over the rounds are reported. The machines are shared,
 so absolute times drift; the ratios of neighbouring blocks do not drift as much.
 
-* probe: ``mxmixed.sysinfo.probe_bfloat16`` (a GEMM and a 3x3 convolution);
+* probe: ``mxmixed.diagnostics.machine.probe_bfloat16`` (a GEMM and a 3x3 convolution);
 * inference through ``mxmixed convert --dtype bfloat16`` and ``mxmixed.load_bfloat16``:
   gluoncv ``resnet50_v1`` at batch 16 (224 px) and ``ssd_512_mobilenet1.0_voc`` at batch 4
   (512 px), random fan-in init; float32 is the exported pair in a ``SymbolBlock`` with
@@ -52,7 +52,7 @@ HOW = ("one process; float32 and bfloat16 timed in alternating blocks per round 
 
 def cpu_facts():
     from mxmixed._core import state
-    from mxmixed import sysinfo
+    from mxmixed.diagnostics import machine
 
     flags = state._cpu_flags() or set()
     model = "unknown"
@@ -66,7 +66,7 @@ def cpu_facts():
         pass
     return {"cpu": model, "cores": os.cpu_count(),
             "flags": sorted(f for f in FLAGS if f in flags),
-            "bfloat16": sysinfo.collect()["bfloat16"]}
+            "bfloat16": machine.collect()["bfloat16"]}
 
 
 def _rec(workload, figure, value, unit, spread=None, absolute="", **extra):
@@ -293,7 +293,7 @@ def accuracy(seeds, epochs):
 
 
 def run(quick=False):
-    from mxmixed import sysinfo
+    from mxmixed.diagnostics import machine
     from mxmixed._core import state
 
     facts = cpu_facts()
@@ -305,7 +305,7 @@ def run(quick=False):
         records.append(_rec("all", "bfloat16", None, "x", absolute="skipped: " + why,
                             skipped=True))
         return records
-    probe = sysinfo.probe_bfloat16()
+    probe = machine.probe_bfloat16()
     for name, (t32, t16, ratio) in probe.items():
         records.append(_rec("probe " + name, "op speed-up: float32 / bfloat16", ratio, "x",
                             absolute="float32 %.2f ms, bfloat16 %.2f ms" % (1e3 * t32,

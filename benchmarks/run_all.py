@@ -139,7 +139,7 @@ def _memory_gb():
 
 def machine_and_versions():
     """What the numbers depend on: CPU, cores, memory, GPUs, MXNet build, package versions."""
-    code = ("import json, mxmixed.sysinfo as s; i = s.collect(); "
+    code = ("import json, mxmixed.diagnostics.machine as s; i = s.collect(); "
             "print(json.dumps({k: i[k] for k in ('mxmixed', 'python', 'mxnet', 'build', "
             "'features', 'gpus', 'float16_gemm', 'packages')}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -104,7 +104,7 @@ CORE_ORDER = ["init", "amp_scope", "init_trainer", "scale_loss", "unscale", "cli
 # Order of the module pages; modules not named here follow in alphabetical order.
 MODULE_ORDER = ["mxmixed", "mxmixed.optim", "mxmixed.checkpoint", "mxmixed.symbolic",
                 "mxmixed.emulation", "mxmixed.diagnostics", "mxmixed.distributed", "mxmixed.cli",
-                "mxmixed.run"]
+                "mxmixed.run", "mxmixed.launch"]
 TITLES = {"mxmixed": "mxmixed: the Gluon core"}
 
 

@@ -3,7 +3,7 @@ import os
 
 from .._core.progress import bars_wanted
 from ._args import int_at_least
-from ._preflight import EXIT_OK, load, prepare_out_dir
+from ._preflight import EXIT_OK, prepare_out_dir
 
 
 def add_parser(sub):
@@ -20,6 +20,7 @@ def add_parser(sub):
 
 def command(args):
     prepare_out_dir(args.out)
-    load("tutorial.demo").run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed,
-                                          progress=bars_wanted())
+    from ..tutorial.demo import run_demo
+
+    run_demo(out_dir=args.out, epochs=args.epochs, seed=args.seed, progress=bars_wanted())
     return EXIT_OK

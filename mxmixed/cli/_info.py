@@ -1,5 +1,5 @@
 """``mxmixed info``: MXNet's build, the GPUs, float16 and bfloat16 support, the pinned versions."""
-from ._preflight import EXIT_OK, load
+from ._preflight import EXIT_OK
 
 
 def add_parser(sub):
@@ -13,14 +13,15 @@ def add_parser(sub):
 
 
 def command(args):
-    sysinfo = load("sysinfo")
-    print(sysinfo.format_info(sysinfo.collect()))
+    from ..diagnostics import machine
+
+    print(machine.format_info(machine.collect()))
     if getattr(args, "probe", False):
         print()
         try:
-            result = sysinfo.probe_bfloat16()
+            result = machine.probe_bfloat16()
         except RuntimeError as err:  # an answer about this machine, not a failed command
             print("bfloat16 probe: %s" % err)
             return EXIT_OK
-        print(sysinfo.format_probe(result))
+        print(machine.format_probe(result))
     return EXIT_OK

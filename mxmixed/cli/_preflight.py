@@ -4,7 +4,6 @@ Each check fails with a one-line :class:`CLIError` before a model is loaded or a
 allocated, so that a bad location or an impossible size never costs a validation run.
 """
 import contextlib
-import importlib
 import io
 import math
 import os
@@ -15,7 +14,7 @@ from .._files.atomic import check_writable, name_too_long, special_file
 
 __all__ = ["CLIError", "prepare_out_dir", "check_out_prefix", "available_memory",
            "estimate_convert_memory", "check_memory", "EXIT_OK", "EXIT_VALIDATION_FAILED",
-           "EXIT_USAGE", "EXIT_WRITE_FAILED", "EXIT_INTERRUPTED", "load"]
+           "EXIT_USAGE", "EXIT_WRITE_FAILED", "EXIT_INTERRUPTED"]
 
 # The exit codes of the `mxmixed` commands (their meaning: cli._convert.CONVERT_EPILOG, the README).
 EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
@@ -188,9 +187,3 @@ def check_memory(needed, what):
         raise CLIError("%s need about %.3g GB of memory, more than the %.3g GB available; use "
                        "fewer --validate samples or a smaller --input-shape / --batch-size"
                        % (what, needed / 1e9, available / 1e9))
-
-
-def load(module):
-    """Import ``mxmixed.<module>`` when its command runs, so that ``--help`` and ``--version``
-    load no MXNet; the one place where the CLI imports mxmixed modules lazily."""
-    return importlib.import_module("mxmixed." + module)

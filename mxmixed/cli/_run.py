@@ -1,7 +1,41 @@
-"""``mxmixed run``: any MXNet script, unmodified, with the CPU float16 emulation (or bfloat16 AMP)."""
-import argparse
+"""``mxmixed run SCRIPT [ARGS...]``: any MXNet training script in float16 on a CPU, unmodified.
 
-from ._preflight import load
+The runner switches the CPU float16 emulation on in ``auto`` mode (only when no GPU is
+visible), then runs the script as ``__main__`` with its own arguments, as ``python SCRIPT
+ARGS...`` would: ``sys.argv`` is ``[SCRIPT, ARGS...]`` and ``sys.path[0]`` is the script's
+folder. The script's exit code is returned and its errors surface as its own traceback.
+
+With a report file it also records what happened in float16, for scripts that know nothing
+about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update``, ``mxnet.module.Module.update``
+(what ``Module.fit`` calls per batch) and the AMP loss scaler's ``has_overflow`` from the
+outside, and undoes the hooks when the script ends.
+
+With ``--amp bfloat16`` MXNet's bfloat16 AMP is switched on before the script starts (no loss
+scaling needed: bfloat16 has float32's exponent range), so a float32 script trains in bfloat16
+through oneDNN, fast on CPUs with AVX512-BF16 or AMX; the float16 emulation stays off. A line
+on stderr gives the median step time, to compare with a run without ``--amp``.
+
+Usage: ``mxmixed run [--report FILE] [--no-emulation] [--amp bfloat16] SCRIPT [ARGS...]``,
+or ``python -m mxmixed.run ...``. What the steps did is recorded by
+:class:`mxmixed.diagnostics.steps.StepRecorder`.
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import runpy
+import secrets
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from .._core.patches import Patches
+from .._files.atomic import atomic_write, special_file
+
+__all__ = ["run_script", "ScriptTerminated", "add_parser", "command", "main"]
 
 
 def add_parser(sub):
@@ -26,6 +60,326 @@ def add_parser(sub):
 
 
 def command(args):
-    return load("run").run_script(args.script, args.args, report=args.report,
-                                         emulation=not args.no_emulation,
-                                         amp=getattr(args, "amp", None))
+    return run_script(args.script, args.args, report=args.report,
+                      emulation=not args.no_emulation, amp=getattr(args, "amp", None))
+
+
+def main(argv=None):
+    """``python -m mxmixed.run ARGS``: the same as ``mxmixed run ARGS``."""
+    from . import main as cli_main
+
+    return cli_main(["run"] + list(sys.argv[1:] if argv is None else argv))
+
+
+def _write_json(path, payload):
+    """Write ``payload`` as JSON atomically."""
+    atomic_write(os.path.abspath(path), json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def _report_write_error(report, err):
+    """One line on stderr for a report that could not be written."""
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+    print("mxmixed run: error: --report %s: cannot write it: %s" % (report, reason),
+          file=sys.stderr)
+
+
+class ScriptTerminated(BaseException):
+    """SIGTERM arrived while the script ran (the runner turns it into a partial report)."""
+
+
+def _terminate(signum, frame):
+    raise ScriptTerminated()
+
+
+def _print_script_traceback(exc, script):
+    """Print ``exc`` with the runner's frames cut: from the script's first frame on."""
+    tb = exc.__traceback__
+    script = os.path.realpath(script)
+    here = {os.path.realpath(__file__), os.path.realpath(runpy.__file__)}
+    cut = tb
+    while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) != script:
+        cut = cut.tb_next
+    if cut is None:  # no frame of the script ran: a SyntaxError, or an error while loading it
+        cut = tb
+        while cut is not None and (cut.tb_frame.f_code.co_filename.startswith("<frozen ")
+                                   or os.path.realpath(cut.tb_frame.f_code.co_filename) in here):
+            cut = cut.tb_next
+    if cut is None:  # as Python reports a SyntaxError in the script it runs: no frames
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+    else:
+        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, cut)))
+    sys.stderr.flush()
+
+
+def _error_line(exc):
+    """The script's error in one line: its type and the first line of its message, and for a
+    SyntaxError where it is (``SyntaxError: '(' was never closed (train.py, line 3)``)."""
+    message = str(exc).strip().splitlines()
+    line = "%s: %s" % (type(exc).__name__, message[0]) if message else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        line = "%s: %s (%s, line %s)" % (type(exc).__name__, exc.msg,
+                                         os.path.basename(exc.filename), exc.lineno)
+    return line
+
+
+def _exit_code(code):
+    """The process exit status ``sys.exit(code)`` gives, printing a message code."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _report_problem(report):
+    """Why the report cannot be written at ``report`` (checked before the script runs), or None."""
+    folder = os.path.dirname(report)
+    if os.path.isdir(report):
+        return "is a folder; give a file name, such as %s" % os.path.join(report, "report.json")
+    if not os.path.isdir(folder):
+        return "the folder %s does not exist" % folder
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "the folder %s is not writable" % folder
+    kind = special_file(report)
+    if kind is not None:  # renaming over it would replace the link or device by a plain file
+        return "is %s, not a regular file; mxmixed never writes over one" % kind
+    return None
+
+
+@contextlib.contextmanager
+def _script_amp_init_noted(target):
+    """While the script runs under ``--amp``, its own ``amp.init`` calls say so in one line.
+
+    MXNet's second ``amp.init`` is a silent no-op; here the script learns that its call is
+    ignored and that AMP runs in ``target``.
+    """
+    from mxnet.contrib import amp
+
+    original = amp.amp.init
+    said = []
+
+    def init(target_dtype="float16", *args, **kwargs):
+        if not said:
+            said.append(True)
+            print("mxmixed run: the script calls amp.init(target_dtype=%r) but --amp %s "
+                  "switched AMP on already; its call is ignored (run without --amp to let the "
+                  "script choose)" % (str(target_dtype), target), file=sys.stderr)
+
+    init.__doc__ = original.__doc__
+    patches = Patches("mxmixed run's amp.init note")
+    try:
+        patches.patch(amp, "init", init)
+        patches.patch(amp.amp, "init", init)
+        yield
+    finally:
+        patches.undo()
+
+
+def _amp_context(amp):
+    """The AMP the runner switches on for the script, or None; raises ValueError (one line)."""
+    if amp is None:
+        return None
+    if amp != "bfloat16":
+        raise ValueError("--amp takes bfloat16 only (float16 training needs the script's own "
+                         "loss scaling: use mxmixed.init_trainer / scale_loss in it)")
+    from .._core.state import bfloat16_support
+
+    runs, why = bfloat16_support()
+    if not runs:
+        raise ValueError("--amp bfloat16 cannot run here: %s" % why)
+    return amp
+
+
+def _step_line(summary, amp):
+    from .._core.state import bfloat16_native
+
+    median = summary["median_iteration_s"]
+    if median is None:
+        return "mxmixed run: %d optimizer step(s), too few to time (%s)" % (
+            summary["steps"], amp or "float32")
+    if amp:
+        how = "bfloat16 AMP, %s" % ("native %s" % bfloat16_native() if bfloat16_native()
+                                     else "emulated by oneDNN: slower than float32")
+    else:
+        how = "as the script runs it"
+    return "mxmixed run: %d optimizer steps, median step %.4f s (%s)" % (
+        summary["steps"], median, how)
+
+
+def run_script(script, argv=(), report=None, emulation=True, amp=None):
+    """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
+
+    Parameters
+    ----------
+    script : str
+        Path of the Python script; it is never modified.
+    argv : sequence of str
+        The script's arguments (``sys.argv[1:]`` inside it).
+    report : str, optional
+        Write the float16 story of the run here as JSON: the loss scale per step, skipped
+        steps, the first non-finite gradient, step times. Before the script starts, the file
+        is replaced by one whose ``status`` is ``"running"`` (with this run's ``run_id``), so
+        that an earlier run's report is never taken for this one's, even if this process is
+        killed; at the end ``status`` is ``"finished"`` or ``"interrupted"`` (SIGINT,
+        SIGTERM).
+    emulation : bool, default True
+        Switch the CPU float16 emulation on in ``auto`` mode (only when no GPU is visible).
+        False runs the script as plain MXNet, as a baseline. Ignored with ``amp``.
+    amp : {None, 'bfloat16'}
+        Switch MXNet's bfloat16 AMP on (in an :func:`mxmixed.amp_scope`, undone afterwards)
+        before the script starts, without loss scaling; a line on stderr gives the median
+        step time. A call of ``amp.init`` in the script is ignored, with one line saying so.
+
+    Returns
+    -------
+    int
+        The script's exit status: 0 when it ends normally, its ``SystemExit`` code, 1 on an
+        uncaught exception (its traceback is printed from the script's own frames on), 130 on
+        SIGINT (``KeyboardInterrupt``), 143 on SIGTERM (unless the script handles SIGTERM
+        itself), 2 when the script does not exist or the report cannot be written there
+        (checked before the script runs: a missing folder, a folder, a symbolic link, a device
+        or a FIFO). A final report that cannot be written (a full disk) is one line on stderr
+        and leaves the script's exit status as it is.
+    """
+    from ..diagnostics.steps import StepRecorder
+    from ..training._amp import amp_scope
+
+    report = os.path.abspath(report) if report else None  # the script may chdir
+    refusal = _refusal(script, report, amp)
+    if refusal:  # found before the script runs, not after an hour of training
+        print("mxmixed run: error: %s" % refusal, file=sys.stderr)
+        return 2
+    header = None
+    if report:
+        try:  # replaces an earlier run's report at once: it can never pass for this one's
+            header = _start_report(report, script, argv)
+        except (OSError, ValueError) as err:
+            _report_write_error(report, err)
+            return 2
+    with contextlib.ExitStack() as stack:
+        state = stack.enter_context(_emulation_for_run(emulation and not amp))
+        state["amp"] = amp
+        recorder = StepRecorder().install() if report or amp else None
+        if recorder is not None:
+            stack.callback(recorder.uninstall)
+        if amp:
+            stack.enter_context(amp_scope(target_dtype=amp))
+            stack.enter_context(_script_amp_init_noted(amp))
+        stack.enter_context(_as_main(script, argv))
+        stack.enter_context(_sigterm_as_interrupt())
+        start = time.perf_counter()
+        outcome = _run_main(script)
+        outcome["wall_s"] = time.perf_counter() - start
+    if amp:
+        print(_step_line(recorder.summary(), amp), file=sys.stderr)
+    if report:
+        _finish_report(report, dict(header, **outcome), state, recorder)
+    if outcome["status"] == "interrupted":
+        print("mxmixed run: the script was interrupted (%s), exit %d%s"
+              % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
+                 outcome["exit_code"], "; the report says so: %s" % report if report else ""),
+              file=sys.stderr)
+    return outcome["exit_code"]
+
+
+def _refusal(script, report, amp):
+    """Why the run cannot start, in one line, or None: checked before the script runs."""
+    if not os.path.isfile(script):
+        return "script %s %s" % (script, "is a folder, not a Python file"
+                                 if os.path.isdir(script) else "does not exist")
+    problem = _report_problem(report) if report else None
+    if problem:
+        return "--report %s: %s" % (report, problem)
+    try:
+        _amp_context(amp)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _start_report(report, script, argv):
+    """Write the report that says ``running`` and return it (OSError when it cannot be)."""
+    header = {"status": "running", "run_id": secrets.token_hex(8), "pid": os.getpid(),
+              "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "script": os.path.abspath(script), "argv": list(argv)}
+    _write_json(report, header)
+    return header
+
+
+@contextlib.contextmanager
+def _emulation_for_run(requested):
+    """The emulation in ``auto`` mode while the script runs, if requested; yields the report's
+    ``emulation`` entry. It is switched off again only if this switched it on."""
+    from .. import emulation as emu
+
+    was_active = emu.emulation_active()
+    if requested:
+        emu.enable(mode="auto")
+    state = {"requested": bool(requested), "active": emu.emulation_active(),
+             "description": emu.describe()}
+    try:
+        yield state
+    finally:
+        if requested and not was_active and emu.emulation_active():
+            emu.disable()
+
+
+@contextlib.contextmanager
+def _as_main(script, argv):
+    """``sys.argv`` and ``sys.path[0]`` as ``python script argv...`` sets them; restored after."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [script] + list(argv)
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops the script as SIGINT does (so that a report is written), unless the
+    process handles SIGTERM already or this is not the main thread."""
+    sigterm = None
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        sigterm = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _run_main(script):
+    """Run ``script`` as ``__main__``: its ``status``, ``exit_code`` and ``error`` (one line)."""
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code, error, status = 0, None, "finished"
+    except SystemExit as exc:
+        code, error, status = _exit_code(exc.code), None, "finished"
+    except KeyboardInterrupt:
+        code, error, status = 130, "KeyboardInterrupt", "interrupted"
+    except ScriptTerminated:
+        code, error, status = 143, "SIGTERM", "interrupted"
+    except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
+        _print_script_traceback(exc, script)
+        code, error, status = 1, _error_line(exc), "finished"
+    return {"status": status, "exit_code": code, "error": error}
+
+
+def _finish_report(report, final, state, recorder):
+    """Write the final report; one line on stderr if it cannot be (the exit status stands)."""
+    from ..diagnostics.steps import steps_note
+
+    try:
+        final = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
+        _write_json(report, dict({"note": steps_note(recorder)}, **final))
+    except (OSError, ValueError) as err:
+        _report_write_error(report, err)

@@ -4,7 +4,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxmixed import cli, sysinfo
+from mxmixed import cli
+from mxmixed.diagnostics import machine
 from mxmixed._core import state
 
 CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
@@ -20,7 +21,7 @@ CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 ])
 def test_info_names_how_bfloat16_runs_from_the_cpu_flags(monkeypatch, flags, start):
     monkeypatch.setattr(state, "_cpu_flags", lambda: flags)
-    assert sysinfo.collect()["bfloat16"].startswith(start)
+    assert machine.collect()["bfloat16"].startswith(start)
 
 
 def test_probe_answers_cannot_run_and_exits_0_where_bfloat16_cannot_run(monkeypatch, capsys):
@@ -35,7 +36,7 @@ def test_probe_answers_cannot_run_and_exits_0_where_bfloat16_cannot_run(monkeypa
 @pytest.mark.skipif(not state.bfloat16_support()[0],
                     reason="bfloat16 cannot run here: %s" % state.bfloat16_support()[1])
 def test_probe_times_both_dtypes_and_its_bfloat16_input_really_is_bfloat16(capsys):
-    cast = sysinfo._to_bfloat16(mx.nd.array([1.0, 1.0 + 2.0 ** -9, 3.0]))
+    cast = machine._to_bfloat16(mx.nd.array([1.0, 1.0 + 2.0 ** -9, 3.0]))
     assert cast.dtype == np.dtype([("bfloat16", np.uint16)])
     # 1 + 2**-9 lies below bfloat16's step at 1 (2**-7 / 2): it rounds to 1
     assert cast.astype("float32").asnumpy().tolist() == [1.0, 1.0, 3.0]

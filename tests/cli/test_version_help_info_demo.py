@@ -6,7 +6,7 @@ import pytest
 
 import mxmixed
 from mxmixed import cli, emulation
-from mxmixed.sysinfo import collect
+from mxmixed.diagnostics.machine import collect
 
 
 def test_version_flag_prints_the_package_version(capsys):
@@ -82,23 +82,23 @@ def test_demo_rejects_zero_epochs(capsys):
 
 
 def test_info_reports_no_internal_layering():
-    from mxmixed import sysinfo
+    from mxmixed.diagnostics import machine
 
-    text = sysinfo.format_info(collect())
+    text = machine.format_info(collect())
     assert "layers" not in text and "_preflight" not in text
     assert "float16 GEMM" in text and "versions" in text
 
 
 def test_info_bfloat16_line_agrees_with_what_mxnet_needs(monkeypatch):
-    from mxmixed import sysinfo
+    from mxmixed.diagnostics import machine
     from mxmixed._core import state
 
     monkeypatch.setattr(state, "bfloat16_support", lambda: (True, ""), raising=False)
     monkeypatch.setattr(state, "bfloat16_native", lambda: None, raising=False)
-    assert sysinfo.collect()["bfloat16"].startswith("emulated by oneDNN")
+    assert machine.collect()["bfloat16"].startswith("emulated by oneDNN")
     monkeypatch.setattr(state, "bfloat16_support",
                         lambda: (False, "this CPU lacks avx512bw"), raising=False)
-    line = sysinfo.format_info(sysinfo.collect())
+    line = machine.format_info(machine.collect())
     assert "bfloat16 AMP (MXNet) : cannot run: this CPU lacks avx512bw" in line
 
 

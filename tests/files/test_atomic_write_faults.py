@@ -24,7 +24,7 @@ from conftest import ROOT
 from mxmixed import checkpoint, symbolic
 from mxmixed._files import atomic
 from mxmixed.cli import main
-from mxmixed.run import run_script
+from mxmixed.cli._run import run_script
 
 
 def _model(hidden):

@@ -7,7 +7,8 @@ import textwrap
 import mxnet as mx
 from mxnet import gluon
 
-from mxmixed.run import LAYER_FROM, layer_of_parameter, run_script
+from mxmixed.cli._run import run_script
+from mxmixed.diagnostics.steps import LAYER_FROM, layer_of_parameter
 
 # An overflow that happens by itself, in the backward pass of the middle layer only: its input
 # is 240 everywhere and its output gradient 300, so its weight gradient (a sum over 64 rows)

@@ -13,7 +13,8 @@ from mxnet import gluon
 
 from mxmixed import emulation
 from mxmixed.cli import build_parser
-from mxmixed.run import StepRecorder, run_script
+from mxmixed.cli._run import run_script
+from mxmixed.diagnostics.steps import StepRecorder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

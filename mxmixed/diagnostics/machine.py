@@ -1,5 +1,5 @@
-"""What ``mxmixed info`` reports: the MXNet build, the GPUs, float16 and bfloat16 support and
-the versions."""
+"""This machine, as mixed precision sees it (what ``mxmixed info`` prints): the MXNet build, the
+GPUs, float16 and bfloat16 support and the versions; :func:`probe_bfloat16` times bfloat16 here."""
 import platform
 import time
 from importlib import metadata
@@ -8,16 +8,15 @@ import numpy as np
 
 import mxnet as mx
 
-from ._core import dtypes
-from ._core.graph import cast_node, load_graph
-from . import emulation
-from ._core import state
-from ._version import __version__
+from .. import emulation
+from .._core import dtypes, state
+from .._core.graph import cast_node, load_graph
+from .._version import __version__
 
 __all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "PINNED_PACKAGES"]
 
 PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
-                   "matplotlib", "tqdm", "onnx", "onnxruntime", "pytest", "nbval")
+                   "gluonnlp", "matplotlib", "tqdm", "onnx", "onnxruntime", "pytest", "nbval")
 
 
 def _version(package):
