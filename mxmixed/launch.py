@@ -1,7 +1,10 @@
-"""``python -m mxmixed.launch ARGS``: the same as ``mxmixed launch ARGS`` (see :mod:`mxmixed.cli._launch`)."""
+"""``python -m mxmixed.launch ARGS``: MXNet's own launcher, made to run on Python 3.9 and later
+(see :mod:`mxmixed.cli._launch`)."""
 import sys
 
-if __name__ == "__main__":
-    from .cli._launch import main
+from .cli._launch import main
 
+__all__ = ["main"]
+
+if __name__ == "__main__":
     sys.exit(main())
