@@ -56,7 +56,7 @@ print("RESULT=" + json.dumps(results))
 
 @pytest.fixture(scope="module")
 def amp_runs():
-    proc = run_python(AMP_SCRIPT % {"seeds": SEEDS, "epochs": EPOCHS}, timeout=600)
+    proc = run_python(AMP_SCRIPT % {"seeds": SEEDS, "epochs": EPOCHS})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.split("RESULT=", 1)[1])
 
