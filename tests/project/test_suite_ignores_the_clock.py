@@ -11,6 +11,7 @@ data generators there are programs under test, not tests) and this file (its sam
 every rule). Each exception is listed below with its reason.
 """
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -36,22 +37,25 @@ CLOCK = re.compile(r"\b(?:time\.(?:time|perf_counter|monotonic|process_time|thre
                    r"timeit\b|datetime\.(?:datetime\.)?(?:now|utcnow|today)\s*\()")
 
 
+@functools.lru_cache(maxsize=None)
 def _test_files():
+    """(path relative to the checkout, source) of each file the scans read."""
     files = sorted(p for p in (ROOT / "tests").rglob("*.py")
                    if "data" not in p.relative_to(ROOT / "tests").parts[:1]
                    and p != Path(__file__).resolve())
     assert len(files) > 100, "the scan found too few test files: %d" % len(files)
-    return files
-
-
-def _rel(path):
-    return path.relative_to(ROOT).as_posix()
+    return [(p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8")) for p in files]
 
 
 def clock_reads(source):
     """Lines that read the clock, in code or in code held in strings (for subprocesses)."""
     return [line.strip() for line in source.splitlines()
             if CLOCK.search(line) and not line.lstrip().startswith("#")]
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(source):
+    return ast.parse(source)
 
 
 def _numbers(tree):
@@ -83,7 +87,7 @@ def time_bounds(source):
     """(called function, seconds) for each time bound a test sets itself: a ``timeout=``
     keyword, a ``pytest.mark.timeout`` or a ``set_*_timeout`` call given a number (or a module
     constant holding one). ``HANG_S`` and pytest.ini's timeout are not numbers here."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     numbers = _numbers(tree)
     found = []
     for node in ast.walk(tree):
@@ -104,7 +108,7 @@ def forced_threads(source):
     """The OMP_NUM_THREADS values a test writes as constants into an environment (a keyword
     argument, a dict literal's key, or an item assignment)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         pairs = []
         if isinstance(node, ast.Call):
             pairs = [(k.arg, k.value) for k in node.keywords]
@@ -122,7 +126,7 @@ def forced_threads(source):
 
 def reads_benchmark_output(source):
     """Whether the file's strings name both the benchmarks folder and a JSON file."""
-    strings = [node.value for node in ast.walk(ast.parse(source))
+    strings = [node.value for node in ast.walk(_parse(source))
                if isinstance(node, ast.Constant) and isinstance(node.value, str)]
     folder = any(s == "benchmarks" or s.startswith("benchmarks/") for s in strings)
     return folder and any(s.endswith(".json") for s in strings)
@@ -149,7 +153,7 @@ def test_the_scans_find_what_they_look_for():
 
 # ----------------------------------------------------------------------------- the suite
 def test_no_test_reads_the_clock():
-    found = {_rel(p): clock_reads(p.read_text(encoding="utf-8")) for p in _test_files()}
+    found = {rel: clock_reads(source) for rel, source in _test_files()}
     found = {k: v for k, v in found.items() if v and k not in CLOCK_ALLOWED}
     assert not found, ("tests must not read the clock (no assertion on a duration; a hang is "
                        "caught by conftest's HANG_S bounds and pytest.ini's timeout): %s" % found)
@@ -157,27 +161,26 @@ def test_no_test_reads_the_clock():
 
 def test_no_test_sets_a_time_bound_of_its_own():
     found = {}
-    for path in _test_files():
-        bounds = [(name, seconds) for name, seconds in time_bounds(path.read_text("utf-8"))
-                  if (_rel(path), name) not in TIMEOUT_ALLOWED]
+    for rel, source in _test_files():
+        bounds = [(name, seconds) for name, seconds in time_bounds(source)
+                  if (rel, name) not in TIMEOUT_ALLOWED]
         if bounds:
-            found[_rel(path)] = bounds
+            found[rel] = bounds
     assert not found, ("a literal timeout is a speed limit on a loaded machine: bound a "
                        "subprocess or a wait with conftest's HANG_S (run_command, communicate, "
                        "wait_for), a test with pytest.ini's timeout: %s" % found)
 
 
 def test_no_test_forces_a_thread_count_on_its_subprocesses():
-    found = {_rel(p): forced_threads(p.read_text(encoding="utf-8")) for p in _test_files()}
+    found = {rel: forced_threads(source) for rel, source in _test_files()}
     found = {k: v for k, v in found.items() if v}
     assert not found, ("subprocesses inherit the caller's OMP_NUM_THREADS (tests/conftest.py "
                        "shares the cores among pytest-xdist's workers): %s" % found)
 
 
 def test_no_unit_test_reads_benchmark_output():
-    found = [_rel(p) for p in _test_files()
-             if reads_benchmark_output(p.read_text(encoding="utf-8"))
-             and _rel(p) not in BENCHMARK_OUTPUT_ALLOWED]
+    found = [rel for rel, source in _test_files()
+             if reads_benchmark_output(source) and rel not in BENCHMARK_OUTPUT_ALLOWED]
     assert not found, ("benchmark output (benchmarks/*.json) is measured by `make bench`; a "
                        "test's evidence lives in tests/data/: %s" % found)
 
