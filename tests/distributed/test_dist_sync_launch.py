@@ -120,6 +120,7 @@ def test_a_planted_overflow_on_one_worker_is_skipped_by_every_worker(dist, singl
     assert output.count("SKIPPED (overflow)") == 2  # both workers, that step only
 
 
+@pytest.mark.slow
 def test_rank0_alone_writes_the_checkpoint_atomically(dist, single):
     output = dist["result"].output
     assert output.count("wrote checkpoint") == 1

@@ -166,6 +166,7 @@ def _result(proc):
     return json.loads(line[len("RESULT="):])
 
 
+@pytest.mark.slow
 def test_symbolblock_cast_to_float16_trains_under_amp_and_emulation():
     result = _result(run_python(SYMBOLBLOCK_SCRIPT))
     assert result["emulated"]

@@ -93,6 +93,7 @@ def test_amp_outputs_are_float16_under_emulation(amp_runs):
     assert all(r["out_dtypes"] == ["float16"] for r in amp_runs)
 
 
+@pytest.mark.slow
 def test_mxnet_loss_scaler_backs_off_from_2_pow_16_and_then_holds(amp_runs):
     for run in amp_runs:
         scales = run["scales"]
