@@ -30,6 +30,12 @@ It works in three steps.
    backward: no CPU float16 kernel), ``onednn`` (float16 raises a oneDNN dtype error,
    "unknown type for MKLDNN"), ``slow`` (float16 / float32 time > 2, for forward + backward or for
    forward alone) or ``ok``; print a table and write it as JSON (``--out``).
+4. Check mxmixed's op table (``mxmixed/emulation/_ops.py``) against this survey: every op it
+   emulates as slow, and every op it leaves out as ``"slow: ..."``, that the survey measured is
+   slower than 2x (its slowest variant); every op the survey found failing in float16 is
+   emulated; without ``--quick``, every op emulated as slow was measured. A disagreement is
+   printed, written into the JSON (``op_table_problems``) and makes the script exit 1, so that
+   ``make bench`` fails: the table's evidence is measured here, never read by a unit test.
 
 Examples
 --------
@@ -380,6 +386,38 @@ def survey(rec, rescale=True):
     return row
 
 
+def check_op_table(rows, complete):
+    """Disagreements, one line each, between mxmixed's op table and the survey ``rows``.
+
+    ``complete``: the survey covered the ImageNet models too (no ``--quick``), so every op the
+    table emulates as slow must be among its rows.
+    """
+    from mxmixed.emulation._ops import EMULATED_OPS, NOT_EMULATED, SLOW_OPS
+
+    worst = {}  # op -> its slowest variant's float16 / float32 ratio, the scaled runs included
+    for row in rows:
+        ratios = [r for run in (row, row.get("scaled") or {})
+                  for r in (run.get("ratio"), run.get("fwd_ratio")) if r is not None]
+        if ratios:
+            worst[row["op"]] = max([worst.get(row["op"], 0.0)] + ratios)
+    problems = []
+    claimed_slow = list(SLOW_OPS) + [n for n, why in NOT_EMULATED.items()
+                                     if why.startswith("slow: ")]
+    for name in claimed_slow:
+        if name in worst and worst[name] <= SLOW_RATIO:
+            problems.append("%s is listed as slow, but measured %.2fx here (not over %.0fx)"
+                            % (name, worst[name], SLOW_RATIO))
+    measured = {row["op"] for row in rows}
+    for name in SLOW_OPS:
+        if complete and name not in measured:
+            problems.append("%s is emulated as slow, but no surveyed model uses it" % name)
+    failing = sorted({row["op"] for row in rows if row["cls"] in ("missing", "onednn")}
+                     - set(EMULATED_OPS))
+    for name in failing:
+        problems.append("%s fails in float16 on this CPU, but is not emulated" % name)
+    return problems
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join("benchmarks", "op_survey.json"))
@@ -421,12 +459,20 @@ def main(argv=None):
         print("{:<8} ops: {}".format(cls, ", ".join(ops) or "none"))
     wall = time.perf_counter() - start
     print("wall time {:.1f}s, mxnet {}, {} CPU cores".format(wall, mx.__version__, os.cpu_count()))
+    problems = check_op_table(rows, complete=not args.quick)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
         json.dump({"mxnet": mx.__version__, "quick": args.quick, "zoo": args.zoo, "wall_s": wall,
-                   "slow_ratio": SLOW_RATIO, "ops": rows}, fh, indent=1, default=str)
+                   "slow_ratio": SLOW_RATIO, "op_table_problems": problems, "ops": rows}, fh,
+                  indent=1, default=str)
     print("wrote", args.out)
+    for problem in problems:
+        print("op table: " + problem, file=sys.stderr)
+    print("op table (mxmixed/emulation/_ops.py): %s" % (
+        "%d disagreement(s) with this survey" % len(problems) if problems
+        else "agrees with this survey"))
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,10 +2,12 @@
 import atexit
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -49,14 +51,80 @@ def _clean_emulation_state():
     emulation.disable()
 
 
-def run_python(code, timeout=300, env=None):
-    """Run Python code in a fresh interpreter (for AMP, whose patches cannot be undone).
+# No test asserts on wall-clock time: a hang is caught by a bound many times what the work takes
+# on a loaded 2-core machine, and the failure names what hung. HANG_S bounds one subprocess or
+# one wait (run_command, communicate, wait_for); pytest.ini's `timeout` (pytest-timeout, 1200 s)
+# bounds a whole test and names it. Subprocesses inherit the caller's OMP_NUM_THREADS.
+HANG_S = 900
+
+
+def _kill_group(proc):
+    """SIGKILL ``proc``'s process group (it leads one: ``start_new_session``), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _hung(command, timeout):
+    words = command if isinstance(command, str) else " ".join(str(w) for w in command)
+    pytest.fail("still running after %d s, taken for a hang (its process group was killed): %s"
+                % (timeout, words[:300]), pytrace=False)
+
+
+def communicate(proc, input=None, timeout=HANG_S):
+    """``proc.communicate(input)``, bounded by ``timeout`` seconds; past it, the process (its
+    group, where it leads one) is killed and the test fails, naming the command."""
+    try:
+        return proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        _hung(proc.args, timeout)
+
+
+def run_command(command, timeout=HANG_S, input=None, capture_output=False, check=False,
+                **kwargs):
+    """``subprocess.run(command, ...)`` in a session of its own, bounded by ``timeout`` seconds:
+    past it, or when the test is interrupted, its whole process group is killed; past it, the
+    test fails naming the command. Returns the CompletedProcess (``check``: raises
+    CalledProcessError on a non-zero exit, as ``subprocess.run`` does)."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with subprocess.Popen(command, start_new_session=True, **kwargs) as proc:
+        try:
+            out, err = communicate(proc, input, timeout)
+        except BaseException:
+            if proc.poll() is None:
+                _kill_group(proc)
+            raise
+    done = subprocess.CompletedProcess(command, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done
+
+
+def wait_for(condition, what, timeout=HANG_S, poll=0.05):
+    """Poll ``condition()`` until it is true; fail naming ``what`` if it is still false after
+    ``timeout`` seconds (a hang, not a speed limit)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("waited %d s for %s, taken for a hang" % (timeout, what), pytrace=False)
+        time.sleep(poll)
+
+
+def run_python(code, env=None):
+    """Run Python code in a fresh interpreter (for AMP, whose patches cannot be undone), bounded
+    as :func:`run_command` bounds it.
 
     Returns the CompletedProcess; stdout and stderr are text.
     """
     full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=ROOT)
+    return run_command([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=full_env, cwd=ROOT)
 
 
 def dense_and_trainer(optimizer="sgd", **optimizer_params):

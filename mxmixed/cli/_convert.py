@@ -223,7 +223,7 @@ def _check_excluded_layers(args, sym):
 
 
 # How each ConvertOptions field is set from the command line: field -> (flag, value of args).
-# A new field needs its flag here, or a place in tests/test_convert_options.py's set of fields
+# A new field needs its flag here, or a place in tests/symbolic/test_convert_options.py's set of fields
 # the CLI does not offer.
 OPTION_FLAGS = {
     "target_dtype": ("--dtype", lambda args: args.dtype),

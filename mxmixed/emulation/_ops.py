@@ -193,7 +193,7 @@ NOT_EMULATED = {
                                  "dtype is not verified, so the native float16 kernel stays",
     "_contrib_AdaptiveAvgPooling2D": "slow: 12x (PSP, Faster R-CNN); as for "
                                      "_contrib_BilinearResize2D",
-    # "same:" entries, from gluonnlp's BERT and Transformer (tests/test_emulation_nlp.py): the
+    # "same:" entries, from gluonnlp's BERT and Transformer (tests/emulation/test_nlp.py): the
     # CPU float16 kernel is the GPU's template with the same dtypes, so it computes what the GPU
     # does; the slowdowns (forward+backward, 8x64x256 float16 against float32, 2-core AMD EPYC)
     # were measured for issue 37, not by benchmarks/op_survey.py.

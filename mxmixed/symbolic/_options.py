@@ -1,7 +1,7 @@
 """The options of a conversion, in one object that convert, the search, the report and the CLI share.
 
 A new conversion option is one field of :class:`ConvertOptions` (and its check in
-``__post_init__``) plus its flag in ``mxmixed/cli/_convert.py``; ``tests/test_convert_options.py``
+``__post_init__``) plus its flag in ``mxmixed/cli/_convert.py``; ``tests/symbolic/test_convert_options.py``
 fails for a field without a flag unless it is listed there as one the CLI does not offer.
 """
 import dataclasses

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from mxnet import gluon
 
-from conftest import ROOT
+from conftest import ROOT, communicate
 from mxmixed import checkpoint
 from mxmixed._files import atomic
 
@@ -54,12 +54,12 @@ def _net():
 
 
 def _start(path, *args):
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen([sys.executable, "-c", SAVING_LOOP, str(path)] + list(args),
                             cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    assert line.strip() == "READY", proc.communicate(timeout=60)[1][-3000:]
+    assert line.strip() == "READY", communicate(proc)[1][-3000:]
     return proc
 
 
@@ -80,7 +80,7 @@ def test_saves_killed_by_sigkill_leave_litter_that_the_next_save_sweeps(tmp_path
             proc = _start(path)
             time.sleep(rng.uniform(0.05, 0.6))
             proc.kill()
-        proc.communicate(timeout=60)
+        communicate(proc)
         assert proc.returncode == -signal.SIGKILL
         names = os.listdir(tmp_path)
         assert "ckpt.mxc" in names
@@ -104,7 +104,7 @@ def test_sigterm_during_saves_removes_the_temporary_files_and_ends_the_process(t
         proc = _start(path)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        communicate(proc)
         assert proc.returncode == -signal.SIGTERM
         assert os.listdir(tmp_path) == ["ckpt.mxc"]
         assert isinstance(checkpoint.load(path, _net()), int)
@@ -114,7 +114,8 @@ def test_sweep_leaves_temporary_files_of_live_processes_and_other_hosts(tmp_path
     target = str(tmp_path / "ckpt.mxc")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)  # alive until the test kills it
     try:
         names = {
             "dead": ".ckpt.mxc.%d.%s%s.tmp" % (dead.pid, atomic._HOST, "0123abcd"),

@@ -312,8 +312,7 @@ print("NOT KILLED")
 @pytest.mark.slow
 def test_process_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path):
     path = tmp_path / "ckpt.mxc"
-    proc = run_python("import sys; sys.argv[1:] = [%r]\n" % str(path) + KILLED_SAVE_SCRIPT,
-                      timeout=120)
+    proc = run_python("import sys; sys.argv[1:] = [%r]\n" % str(path) + KILLED_SAVE_SCRIPT)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert "NOT KILLED" not in proc.stdout
     leftovers = [n for n in os.listdir(tmp_path) if n not in ("ckpt.mxc", "ckpt.mxc.first.npy")]
@@ -534,7 +533,7 @@ with open(os.path.join(workdir, "final-%s.json" % mode), "w") as f:
 
 def _run(mode, workdir):
     code = "import sys; sys.argv[1:] = [%r, %r]\n" % (mode, str(workdir)) + RESUME_SCRIPT
-    return run_python(code, timeout=180)
+    return run_python(code)
 
 
 @pytest.mark.slow

@@ -1,10 +1,9 @@
 """``mxmixed --help`` and argument errors answer before MXNet is imported (it takes seconds)."""
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 PROBE = r"""
 import sys
@@ -28,8 +27,8 @@ print("MXNET_LOADED=%s CODE=%s" % ("mxnet" in sys.modules, code), file=sys.stder
     (["nonsense"], 2),
 ])
 def test_help_and_argument_errors_do_not_import_mxnet(argv, code):
-    proc = subprocess.run([sys.executable, "-c", PROBE] + argv, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = run_command([sys.executable, "-c", PROBE] + argv, capture_output=True, text=True,
+                       cwd=ROOT)
     assert "MXNET_LOADED=False CODE=%d" % code in proc.stderr, proc.stderr[-2000:]
     if code:
         lines = [l for l in proc.stderr.splitlines() if not l.startswith("MXNET_LOADED")]
@@ -40,6 +39,5 @@ def test_help_and_argument_errors_do_not_import_mxnet(argv, code):
 def test_import_mxmixed_loads_mxnet_only_when_a_name_is_used():
     code = ("import sys, mxmixed; a = 'mxnet' in sys.modules; mxmixed.init_trainer; "
             "print(a, 'mxnet' in sys.modules, 'mxmixed.training' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    proc = run_command([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.stdout.split() == ["False", "True", "True"], proc.stderr[-2000:]

@@ -2,7 +2,6 @@
 one-line errors that leave no output file behind."""
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,8 @@ from mxnet.gluon import nn
 
 from mxmixed import cli, symbolic
 from mxmixed.tutorial import digits_arrays, digits_cnn, digits_loaders, evaluate, fit
+
+from conftest import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,10 +92,10 @@ def test_convert_prints_the_report_and_the_validation(digits, tmp_path, capsys, 
 @pytest.mark.slow
 def test_python_dash_m_mxmixed_convert_writes_the_checkpoint(checkpoint, tmp_path):
     out = str(tmp_path / "out16")
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", checkpoint, "0",
-                           "--out", out, "--validate", "4", "--input-shape", "1,8,8"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "convert", checkpoint, "0",
+                        "--out", out, "--validate", "4", "--input-shape", "1,8,8"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr
     assert "Float16 conversion report" in proc.stdout and "Validation" in proc.stdout
     assert os.path.isfile(out + "-symbol.json") and os.path.isfile(out + "-0000.params")
@@ -102,9 +103,9 @@ def test_python_dash_m_mxmixed_convert_writes_the_checkpoint(checkpoint, tmp_pat
 
 @pytest.mark.slow
 def test_python_dash_m_mxmixed_convert_bad_input_is_one_line_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", str(tmp_path / "none"),
-                           "0", "--out", str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "convert", str(tmp_path / "none"),
+                        "0", "--out", str(tmp_path / "out")], capture_output=True,
+                       text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "Traceback" not in proc.stderr and "does not exist" in proc.stderr

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 import mxnet as mx
 from mxnet import gluon
 
-from conftest import ROOT
+from conftest import ROOT, communicate, wait_for
 from mxmixed import symbolic
 from mxmixed.tutorial import digits_cnn
 
@@ -38,7 +37,7 @@ def test_a_closed_pipe_costs_no_traceback_and_no_files(checkpoint, tmp_path):
     out = str(tmp_path / "piped")
     proc = _convert(checkpoint, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before anything is printed, as with `| head -0`
-    _, err = proc.communicate(timeout=300)
+    _, err = communicate(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert os.path.isfile(out + "-symbol.json") and os.path.isfile(out + "-0000.params")
@@ -55,11 +54,11 @@ def _loaded_mxnet(pid):
 def test_ctrl_c_is_one_line_exit_130_and_nothing_written(checkpoint, tmp_path):
     out = str(tmp_path / "interrupted")
     proc = _convert(checkpoint, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not _loaded_mxnet(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the command line is parsed; the conversion's work has begun
+    # once MXNet is loaded, the command line is parsed and the conversion's work has begun
+    wait_for(lambda: _loaded_mxnet(proc.pid) or proc.poll() is not None,
+             "mxmixed convert to load MXNet", poll=0.01)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
+    _, err = communicate(proc)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [
         "mxmixed convert: interrupted (Ctrl-C); no file was left half-written"], err

@@ -3,7 +3,6 @@ a failed validation exits 1 and writes nothing, the output location is checked b
 work, a folder is not a prefix, samples that cannot fit in memory are refused before they are
 allocated, and ``demo --out`` errors are one line."""
 import os
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,8 @@ from mxnet.gluon import nn
 from mxmixed import cli, symbolic
 from mxmixed.cli import _preflight
 from mxmixed.tutorial import digits_cnn
+
+from conftest import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -231,18 +232,18 @@ def test_demo_out_in_a_read_only_folder_is_a_one_line_error(tmp_path, capsys):
 def test_python_dash_m_demo_out_file_has_no_traceback(tmp_path):
     target = tmp_path / "file"
     target.write_text("x")
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "demo", "--out", str(target)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "demo", "--out", str(target)],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
 
 
 # ------------------------------------------------------------------ documented exit codes
 def test_convert_help_documents_the_exit_codes_and_the_out_rule():
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", "--help"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "convert", "--help"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0
     for line in ("exit codes:", "  0  converted", "  1  validation failed",
                  "  2  bad command line or input", "  3  writing the converted pair",

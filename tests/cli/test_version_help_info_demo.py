@@ -1,5 +1,4 @@
 """The ``mxmixed`` command line: version, help, info and the float32 demo."""
-import subprocess
 import sys
 
 import pytest
@@ -7,6 +6,8 @@ import pytest
 import mxmixed
 from mxmixed import cli, emulation
 from mxmixed.diagnostics.machine import collect
+
+from conftest import run_command
 
 
 def test_version_flag_prints_the_package_version(capsys):
@@ -18,8 +19,8 @@ def test_version_flag_prints_the_package_version(capsys):
 
 
 def test_python_dash_m_help_lists_the_commands():
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "--help"], capture_output=True,
-                          text=True, timeout=120)
+    proc = run_command([sys.executable, "-m", "mxmixed", "--help"], capture_output=True,
+                       text=True)
     assert proc.returncode == 0
     assert "info" in proc.stdout and "demo" in proc.stdout
 

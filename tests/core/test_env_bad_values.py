@@ -6,12 +6,11 @@ is checked in one place, ``mxmixed._core.env``.
 """
 import ast
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 from mxmixed import cli, emulation
 from mxmixed._core import env as _env
 from mxmixed._core.state import EMULATION
@@ -101,10 +100,10 @@ def test_convert_validate_with_a_bad_layouts_value_is_one_line_not_a_traceback(t
     mx.nd.save(str(tmp_path / "m-0000.params"), {"arg:fc_weight": mx.nd.ones((4, 3)),
                                                  "arg:fc_bias": mx.nd.zeros((4,))})
     for value in ("2", "yes", " 1"):
-        proc = subprocess.run(
+        proc = run_command(
             [sys.executable, "-m", "mxmixed", "convert", str(tmp_path / "m"), "0",
              "--input-shape", "3", "--validate", "4", "--out", str(tmp_path / "m16")],
-            capture_output=True, text=True, cwd=ROOT, timeout=300,
+            capture_output=True, text=True, cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=ROOT, MXMIXED_EMULATION_KEEP_LAYOUTS=value))
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1, proc.stderr

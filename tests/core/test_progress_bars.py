@@ -1,7 +1,6 @@
 """tqdm bars only where someone watches: off when stderr is a log, on with MXMIXED_PROGRESS=1."""
 import io
 import os
-import subprocess
 import sys
 
 import pytest
@@ -10,6 +9,8 @@ import mxnet as mx
 
 from mxmixed._core import progress as _progress
 from mxmixed.tutorial import digits_cnn, digits_loaders, fit
+
+from conftest import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,10 +73,10 @@ def test_validate_writes_no_bar_into_a_log_even_when_asked(monkeypatch):
 
 
 def _convert(checkpoint, tmp_path, **env):
-    return subprocess.run(
+    return run_command(
         [sys.executable, "-m", "mxmixed", "convert", checkpoint, "0", "--out",
          str(tmp_path / "out16"), "--validate", "4", "--input-shape", "1,8,8"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True, text=True, cwd=ROOT,
         env=dict({k: v for k, v in os.environ.items() if k != _progress.ENV},
                  PYTHONPATH=ROOT, **env))
 

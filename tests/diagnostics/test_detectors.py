@@ -3,7 +3,6 @@ the way ``mxmixed convert`` does (detection ops float32, mismatched inputs cast)
 overflow locator, the memory report and the Tensor Core audit run where MXNet's own
 ``amp.convert_symbol`` leaves a graph that fails type inference."""
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,8 @@ import mxnet as mx
 
 from mxmixed import diagnostics
 from mxmixed._core.errors import one_line
+
+from conftest import run_command
 
 SIZE = 256
 DETECTORS = [
@@ -97,8 +98,8 @@ def test_diagnostics_print_nothing_of_mxnet_s_own(export, tmp_path):
             "diagnostics.find_overflow_symbol(sym, {'data': x}, args, auxs)"
             % (prefix, SIZE, SIZE))
     env = {k: v for k, v in os.environ.items() if k != "MXNET_SUBGRAPH_VERBOSE"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=str(tmp_path))
+    proc = run_command([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Subgraph backend" not in proc.stderr + proc.stdout
 

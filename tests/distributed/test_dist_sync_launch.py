@@ -1,8 +1,9 @@
 """Mixed precision across workers: MXNet's dist_sync kvstore on loopback, via mxmixed.launch.
 
 The launches run examples/distributed_amp.py with 2 workers and 1 server under
-``python -m mxmixed.launch --launcher local -n 2 -s 1`` (MXNet's own launcher), with
-OMP_NUM_THREADS=1, each bounded by a hard timeout, and their process group is always killed.
+``python -m mxmixed.launch --launcher local -n 2 -s 1`` (MXNet's own launcher), with the
+caller's OMP_NUM_THREADS (1 where it is unset), each bounded by a generous timeout (a hang, never
+a speed limit), and their process group is always killed.
 
 Tolerance: the distributed parameters must equal the single-process run on the same global
 batch (split over 2 CPU contexts, as 2 workers split it) within ``rtol=1e-5, atol=1e-6``
@@ -16,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 import zipfile
 
@@ -32,11 +32,10 @@ from mxmixed.tutorial import local_job
 from mxmixed.tutorial.local_job import DistributedRunError, run_local
 from mxmixed.tutorial import digits_cnn
 
-from conftest import ROOT, run_python
+from conftest import HANG_S, ROOT, communicate, run_command, run_python, wait_for
 
 EXAMPLE = os.path.join(ROOT, "examples", "distributed_amp.py")
 RTOL, ATOL = 1e-5, 1e-6
-TIMEOUT = 150  # seconds for one launch; a run here takes 10-20 s
 STEPS = 12
 PLANTED = (1, 3)  # worker rank 1, step 3
 FLAGS = ["--steps", str(STEPS), "--batch-size", "16", "--init-scale", "128", "--log-every", "4",
@@ -44,7 +43,8 @@ FLAGS = ["--steps", str(STEPS), "--batch-size", "16", "--init-scale", "128", "--
 
 
 def _env(**extra):
-    return dict({"OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}, **extra)
+    return dict({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": ROOT},
+                **extra)
 
 
 def _load(path):
@@ -64,11 +64,11 @@ def _max_diff(a, b, names):
 def single(tmp_path_factory):
     """The reference: one process, the same global batches, split over 2 CPU contexts."""
     out = tmp_path_factory.mktemp("single")
-    proc = subprocess.run([sys.executable, EXAMPLE, "--kvstore", "device", "--shards", "2",
-                           *FLAGS, "--report", str(out / "report"),
-                           "--checkpoint", str(out / "digits.ckpt")],
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
-                          env=dict(os.environ, **_env()))
+    proc = run_command([sys.executable, EXAMPLE, "--kvstore", "device", "--shards", "2",
+                        *FLAGS, "--report", str(out / "report"),
+                        "--checkpoint", str(out / "digits.ckpt")],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, **_env()))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -81,10 +81,8 @@ def dist(request, tmp_path_factory):
     ckpt_dir.mkdir()
     command = [sys.executable, EXAMPLE, "--kvstore", request.param, *FLAGS,
                "--report", str(out / "report"), "--checkpoint", str(ckpt_dir / "digits.ckpt")]
-    start = time.monotonic()
-    result = run_local(command, num_workers=2, num_servers=1, timeout=TIMEOUT, env=_env(),
+    result = run_local(command, num_workers=2, num_servers=1, timeout=HANG_S, env=_env(),
                        cwd=ROOT)
-    print("%s launch: %.1f s" % (request.param, time.monotonic() - start))
     assert "-m mxmixed.launch --launcher local -n 2 -s 1" in " ".join(result.command)
     return {"kvstore": request.param, "out": out, "ckpt_dir": ckpt_dir, "result": result}
 
@@ -122,6 +120,7 @@ def test_a_planted_overflow_on_one_worker_is_skipped_by_every_worker(dist, singl
     assert output.count("SKIPPED (overflow)") == 2  # both workers, that step only
 
 
+@pytest.mark.slow
 def test_rank0_alone_writes_the_checkpoint_atomically(dist, single):
     output = dist["result"].output
     assert output.count("wrote checkpoint") == 1
@@ -163,37 +162,32 @@ NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc"),
 def test_a_killed_worker_fails_the_wrapper_fast_and_names_it(tmp_path):
     token = uuid.uuid4().hex
     log_path = tmp_path / "out.log"
-    timeout = 120
     with open(log_path, "w") as log:
         # The example's own wrapper: --launch-local runs it under mxmixed.launch, bounded.
         wrapper = subprocess.Popen(
             [sys.executable, EXAMPLE, "--launch-local", "2", "--servers", "1", "--timeout",
-             str(timeout), "--steps", "100000", "--batch-size", "16", "--init-scale", "128",
+             str(HANG_S), "--steps", "100000", "--batch-size", "16", "--init-scale", "128",
              "--log-every", "1"],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
             env=dict(os.environ, **_env(MXMIXED_TEST_TOKEN=token)))
     try:
-        deadline = time.monotonic() + timeout
-        while "step 3 " not in log_path.read_text():  # both ranks are training
-            assert wrapper.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the job never started training"
-            time.sleep(0.1)
+        # both ranks are training
+        wait_for(lambda: "step 3 " in log_path.read_text() or wrapper.poll() is not None,
+                 "the job to start training", poll=0.1)
+        assert wrapper.poll() is None, log_path.read_text()[-3000:]
         victims = [p for p in _job_alive(token)
                    if p["role"] == "worker" and p["task_id"] == "1"]
         assert len(victims) == 1, victims
         os.kill(victims[0]["pid"], signal.SIGKILL)
-        killed_at = time.monotonic()
-        returncode = wrapper.wait(timeout=timeout)
-        took = time.monotonic() - killed_at
+        communicate(wrapper)
     finally:
         _kill_session(wrapper)
     output = log_path.read_text()
-    print("failure reported %.1f s after the kill" % took)
-    assert returncode == 1, output[-3000:]
+    assert wrapper.returncode == 1, output[-3000:]
+    assert "timed out" not in output  # the death ended the job, not the wrapper's timeout
     assert "error: distributed job failed" in output
     assert "worker 1 (kvstore rank" in output and "was killed by SIGKILL" in output
     assert "pid %d" % victims[0]["pid"] in output
-    assert took < 30
     assert _job_alive(token) == []
 
 
@@ -201,11 +195,10 @@ def test_a_killed_worker_fails_the_wrapper_fast_and_names_it(tmp_path):
 @NEEDS_PROC
 def test_run_local_bounds_a_hanging_job_and_kills_its_process_group():
     token = uuid.uuid4().hex
-    start = time.monotonic()
+    # the job never ends by itself: that run_local returns at all shows that it bounded it
     with pytest.raises(DistributedRunError, match="timed out after 8 s") as info:
-        run_local([sys.executable, "-c", "import time; time.sleep(300)"], num_workers=1,
+        run_local([sys.executable, "-c", "import signal; signal.pause()"], num_workers=1,
                   num_servers=1, timeout=8, env=_env(MXMIXED_TEST_TOKEN=token), cwd=ROOT)
-    assert time.monotonic() - start < 8 + 15
     assert "still running were" in str(info.value)
     assert _job_alive(token) == []
 
@@ -216,7 +209,7 @@ def test_run_local_names_a_worker_that_fails_by_itself():
         run_local([sys.executable, "-c",
                    "import os, sys, time; r = os.environ['DMLC_ROLE']; "
                    "sys.exit(3) if r == 'worker' else time.sleep(300)"],
-                  num_workers=1, num_servers=1, timeout=60, env=_env(), cwd=ROOT)
+                  num_workers=1, num_servers=1, timeout=HANG_S, env=_env(), cwd=ROOT)
     assert info.value.dead == {"role": "worker", "task_id": 0, "returncode": 3}
 
 
@@ -229,7 +222,7 @@ def test_two_local_jobs_started_together_both_finish():
     def job(i):
         try:
             run_local([sys.executable, EXAMPLE, "--steps", "5", "--batch-size", "16"],
-                      timeout=120, env=_env(), cwd=ROOT)
+                      timeout=HANG_S, env=_env(), cwd=ROOT)
             outcomes[i] = "finished"
         except DistributedRunError as err:
             outcomes[i] = str(err).splitlines()[0]
@@ -247,7 +240,7 @@ def test_two_local_jobs_started_together_both_finish():
 def test_launch_entry_point_aliases_isAlive_and_keeps_mxnets_launcher():
     assert not hasattr(threading.Thread, "isAlive") or sys.version_info < (3, 9)
     proc = run_python("import sys; from mxmixed import launch; "
-                      "sys.argv = ['x', '--help']; launch.main()", timeout=120)
+                      "sys.argv = ['x', '--help']; launch.main()")
     assert proc.returncode == 0, proc.stderr
     assert "Launch a distributed job" in proc.stdout and "--launcher" in proc.stdout
     proc = run_python("import threading; from mxmixed import launch; launch._alias_is_alive(); "
@@ -327,7 +320,7 @@ def test_save_checkpoint_writes_on_rank0_only(tmp_path):
 @pytest.mark.slow
 def test_the_example_refuses_a_dist_kvstore_without_the_launcher():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
-    proc = subprocess.run([sys.executable, EXAMPLE, "--kvstore", "dist_sync", "--steps", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    proc = run_command([sys.executable, EXAMPLE, "--kvstore", "dist_sync", "--steps", "1"],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 2
     assert "needs MXNet's launcher" in proc.stderr and "mxmixed.launch" in proc.stderr

@@ -166,8 +166,9 @@ def _result(proc):
     return json.loads(line[len("RESULT="):])
 
 
+@pytest.mark.slow
 def test_symbolblock_cast_to_float16_trains_under_amp_and_emulation():
-    result = _result(run_python(SYMBOLBLOCK_SCRIPT, timeout=300))
+    result = _result(run_python(SYMBOLBLOCK_SCRIPT))
     assert result["emulated"]
     assert result["declared"] == ["0"], "the graph must declare float32 weights for this test"
     assert result["weight"] == "float16"
@@ -178,7 +179,7 @@ def test_symbolblock_cast_to_float16_trains_under_amp_and_emulation():
 def test_gluoncv_mask_rcnn_fpn_trains_as_its_script_does():
     """The path of gluon-cv's train_mask_rcnn.py --amp: amp.init, net.cast('float16'), the
     trainer's loss scaler, its Parallel executor over a ForwardBackwardTask."""
-    result = _result(run_python(MASK_RCNN_SCRIPT, timeout=300))
+    result = _result(run_python(MASK_RCNN_SCRIPT))
     assert result["emulated"]
     assert result["dtypes"] == ["float16"]
     assert all(loss == loss and abs(loss) < float("inf") for loss in result["losses"])

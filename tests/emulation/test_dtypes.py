@@ -19,7 +19,6 @@ oneDNN bug (see ``DECONV_BACKWARD_BUG``); those two cases run in a subprocess an
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -32,6 +31,8 @@ from mxmixed import emulation
 from mxmixed.emulation._ops import EMULATED_OPS
 from mxmixed.emulation import count_emulated
 from mxmixed.emulation._wrappers import onednn_active
+
+from conftest import run_command
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 T, N, I, H = 4, 3, 5, 6  # LSTM: sequence, batch, input size, hidden size
@@ -233,8 +234,7 @@ def summarize_in_subprocess(mode, row_index):
     root = os.path.dirname(os.path.dirname(tests))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=root)
+    proc = run_command([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SUMMARY ")]
     assert proc.returncode == 0 and lines, (
         "subprocess failed (rc=%d): %s" % (proc.returncode, proc.stderr.strip()[-600:]))

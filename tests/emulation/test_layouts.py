@@ -10,11 +10,12 @@ a float16 rounding of their scale: the routes differ only in BatchNorm's float32
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from conftest import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,8 +67,8 @@ with open(sys.argv[1], "w") as handle:
 def train(tmp_path, keep):
     out = tmp_path / ("keep%s.json" % keep)
     env = dict(os.environ, MXMIXED_EMULATION_KEEP_LAYOUTS=keep, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-c", TRAIN, str(out)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = run_command([sys.executable, "-c", TRAIN, str(out)], env=env, cwd=ROOT,
+                       capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out) as handle:
         return json.load(handle)

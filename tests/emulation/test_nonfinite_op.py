@@ -29,6 +29,7 @@ def _truth(arrays):
         return np.array([0.0 if np.isfinite(a.asnumpy()).all() else 1.0 for a in arrays])
 
 
+@pytest.mark.slow
 def test_every_float16_bit_pattern_is_flagged_as_numpy_sees_it():
     patterns = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     arrays = [mx.nd.array(patterns[start:start + 1], dtype="float16")

@@ -21,6 +21,8 @@ from mxmixed.emulation import _round16
 from mxmixed.emulation._carry import carry_float32
 from mxmixed._core.graph import Graph
 
+from conftest import run_command
+
 F16 = np.float16
 
 
@@ -148,9 +150,9 @@ def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
     values = crafted_values()
     np.save(str(tmp_path / "in.npy"), values)
     round16_symbol(op).save(str(tmp_path / "round16-symbol.json"))
-    subprocess.run([sys.executable, "-c", ROUND_IN_FRESH_INTERPRETER, library,
-                    str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
-                    str(tmp_path / "round16-symbol.json"), layouts], check=True)
+    run_command([sys.executable, "-c", ROUND_IN_FRESH_INTERPRETER, library,
+                 str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
+                 str(tmp_path / "round16-symbol.json"), layouts], check=True)
     out, grad = np.load(str(tmp_path / "out.npy"))
     assert np.array_equal(out.view(np.uint32),
                           values.astype(F16).astype(np.float32).view(np.uint32))
@@ -409,12 +411,11 @@ with open(sys.argv[1], "w") as handle:
 
 
 def run_layouts(tmp_path, keep, kinds):
-    import subprocess
     import sys
     out = tmp_path / ("keep.json" if keep else "plain.json")
     env = dict(os.environ, MXMIXED_EMULATION_KEEP_LAYOUTS="1" if keep else "0")
-    subprocess.run([sys.executable, "-c", LAYOUT_RUN, str(out), ",".join(kinds)], check=True,
-                   env=env)
+    run_command([sys.executable, "-c", LAYOUT_RUN, str(out), ",".join(kinds)], check=True,
+                env=env)
     with open(out) as handle:
         return json.load(handle)
 

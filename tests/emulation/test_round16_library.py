@@ -20,7 +20,7 @@ import pytest
 
 import mxnet as mx
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 from mxmixed.emulation import _round16
 
 OTHER_UID = 4242
@@ -206,8 +206,8 @@ print("DIGEST " + digest.hexdigest())
 def step(cache, **env):
     env.setdefault("MXMIXED_EMULATION_KEEP_LAYOUTS", "1")
     full = dict(os.environ, PYTHONPATH=ROOT, MXMIXED_CACHE_DIR=str(cache), **env)
-    proc = subprocess.run([sys.executable, "-c", STEP], capture_output=True, text=True,
-                          env=full, cwd=ROOT, timeout=600)
+    proc = run_command([sys.executable, "-c", STEP], capture_output=True, text=True,
+                       env=full, cwd=ROOT)
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]
     return proc.returncode, lines.get("STATUS"), lines.get("DIGEST"), warnings

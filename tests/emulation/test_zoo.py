@@ -125,7 +125,7 @@ def zoo_results():
     results = {}
     for families, env in RUNS.values():
         code = "import sys; sys.argv = ['zoo'] + %r\n%s" % (families, SCRIPT)
-        proc = run_python(code, timeout=600, env=env)
+        proc = run_python(code, env=env)
         lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULTS ")]
         assert lines, proc.stderr[-3000:]
         results.update(json.loads(lines[-1][len("RESULTS "):]))

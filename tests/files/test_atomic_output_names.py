@@ -4,13 +4,12 @@ message names the target and never the hidden temporary file, and printing a pat
 """
 import errno
 import os
-import subprocess
 import sys
 
 import pytest
 from mxnet import gluon
 
-from conftest import ROOT, run_convert
+from conftest import ROOT, run_command, run_convert
 from mxmixed import checkpoint, cli
 from mxmixed.cli._streams import PipeSafe
 from mxmixed._files import atomic
@@ -126,9 +125,9 @@ def test_convert_refuses_a_name_too_long_before_any_work(digits_pair, tmp_path, 
 
 def _latin1_run(digits_pair, out, extra=()):
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONIOENCODING="utf-8:strict")
-    return subprocess.run([sys.executable, "-m", "mxmixed", "convert", digits_pair, "0", "--out",
-                           os.fsencode(out)] + list(extra),
-                          cwd=ROOT, env=env, capture_output=True, timeout=300)
+    return run_command([sys.executable, "-m", "mxmixed", "convert", digits_pair, "0", "--out",
+                        os.fsencode(out)] + list(extra),
+                       cwd=ROOT, env=env, capture_output=True)
 
 
 @pytest.mark.slow

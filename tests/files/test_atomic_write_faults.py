@@ -14,13 +14,12 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 
 import mxnet as mx
 import pytest
 from mxnet import gluon
 
-from conftest import ROOT
+from conftest import ROOT, communicate, run_command
 from mxmixed import checkpoint, symbolic
 from mxmixed._files import atomic
 from mxmixed.cli import main
@@ -148,10 +147,10 @@ os.replace = replace
 """
 
 
-def _python(code, *args, timeout=120):
+def _python(code, *args):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-c", code] + [str(a) for a in args],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return run_command([sys.executable, "-c", code] + [str(a) for a in args],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 @pytest.mark.slow
@@ -211,37 +210,49 @@ RACING_WRITER = """
 import os, sys, time
 import mxnet as mx
 from mxmixed import symbolic
-hidden, prefix, go, delay = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+hidden, prefix, delay = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 data = mx.sym.var("data")
 sym = mx.sym.FullyConnected(data, num_hidden=hidden, name="fc")
 params = {"fc_weight": mx.nd.full((hidden, 4), hidden), "fc_bias": mx.nd.zeros((hidden,))}
 real, calls = os.replace, []
-def replace(src, dst):  # a writer delayed between its two renames
+def replace(src, dst):  # a writer that says so, then waits, between its two renames
     real(src, dst)
     calls.append(dst)
     if len(calls) == 1:
+        print("renamed", flush=True)
         time.sleep(delay)
 os.replace = replace
-time.sleep(max(0.0, go - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()  # go
 symbolic.save_checkpoint(prefix, 0, sym, params, {})
 """
 
 
+def _racing_writer(hidden, prefix, delay, env):
+    proc = subprocess.Popen([sys.executable, "-c", RACING_WRITER, str(hidden), prefix, str(delay)],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n", communicate(proc)[1][-2000:]
+    return proc
+
+
 @pytest.mark.slow
 def test_two_writers_to_one_prefix_end_with_one_whole_pair(tmp_path):
-    # the first writer renames its symbol file, then waits 1 s; the second starts 0.3 s later
-    # and renames both of its files at once. Unserialized, the pair ends up mixed (the
-    # second's symbol file, the first's params).
+    # the first writer renames its symbol file, then waits 1 s; the second, told to go when
+    # the first has renamed, renames both of its files at once. Unserialized, the pair ends up
+    # mixed (the second's symbol file, the first's params).
     prefix = str(tmp_path / "o16")
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=ROOT)
     for attempt in range(2):
-        go = time.time() + 5.0
-        procs = [subprocess.Popen([sys.executable, "-c", RACING_WRITER, str(hidden), prefix,
-                                   str(go + start), str(delay)],
-                                  env=env, stderr=subprocess.PIPE, text=True)
-                 for hidden, start, delay in ((3, 0.0, 1.0), (5, 0.3, 0.0))]
-        for proc in procs:
-            _, err = proc.communicate(timeout=120)
+        first, second = (_racing_writer(hidden, prefix, delay, env)
+                         for hidden, delay in ((3, 1.0), (5, 0.0)))
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        assert first.stdout.readline() == "renamed\n", communicate(first)[1][-2000:]
+        second.stdin.write("go\n")
+        second.stdin.flush()
+        for proc in (first, second):
+            _, err = communicate(proc)
             assert proc.returncode == 0, err[-2000:]
         assert _pair_hidden(prefix) in (3, 5)  # a mixed pair fails to load
         assert _listing(tmp_path) == ["o16-0000.params", "o16-symbol.json"]
@@ -327,7 +338,7 @@ def test_run_on_sigterm_writes_a_partial_report_and_exits_143(tmp_path):
     proc = _start_run(tmp_path, report)
     assert json.loads(report.read_text())["status"] == "running"
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    communicate(proc)
     assert proc.returncode == 143
     data = json.loads(report.read_text())
     assert (data["status"], data["exit_code"], data["error"]) == ("interrupted", 143, "SIGTERM")
@@ -340,7 +351,7 @@ def test_a_killed_run_leaves_a_report_marked_running_not_the_earlier_one(tmp_pat
     report.write_text(json.dumps({"status": "finished", "exit_code": 0}))
     proc = _start_run(tmp_path, report)
     proc.kill()
-    proc.communicate(timeout=60)
+    communicate(proc)
     data = json.loads(report.read_text())
     assert data["status"] == "running" and data["pid"] == proc.pid
     assert "exit_code" not in data

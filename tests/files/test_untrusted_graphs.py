@@ -7,13 +7,12 @@ here, from a one-layer model; the ones that crash MXNet only ever reach it in a 
 """
 import json
 import os
-import subprocess
 import sys
 
 import mxnet as mx
 import pytest
 
-from conftest import ROOT, run_python
+from conftest import ROOT, run_command, run_python
 from mxmixed import symbolic
 from mxmixed._files import untrusted
 from mxmixed._files.untrusted import UnsafeFileError, check_graph, json_object_pairs
@@ -188,19 +187,18 @@ def test_a_graph_that_crashes_mxnet_makes_convert_exit_2_with_one_line(tmp_path,
     prefix = _crafted(tmp_path, change)
     env = dict(os.environ, PYTHONPATH=ROOT)
     if case not in MAY_PASS_UNCHECKED:  # the danger the check is for
-        alone = subprocess.run([sys.executable, "-c", _LOAD_UNCHECKED, prefix + "-symbol.json"],
-                               capture_output=True, text=True, env=env, timeout=120)
+        alone = run_command([sys.executable, "-c", _LOAD_UNCHECKED, prefix + "-symbol.json"],
+                            capture_output=True, text=True, env=env)
         assert alone.returncode < 0 or alone.returncode > 128 \
             or "Segmentation fault" in alone.stderr, (case, alone.returncode, alone.stderr[-500:])
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", prefix, "0", "--out",
-                           str(tmp_path / "o16")], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = run_command([sys.executable, "-m", "mxmixed", "convert", prefix, "0", "--out",
+                        str(tmp_path / "o16")], capture_output=True, text=True, env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stderr[-2000:])
     assert lines[0].startswith("mxmixed convert: error: symbol file " + prefix) and match in lines[0]
     code = ("from mxmixed import symbolic\ntry:\n    symbolic.load_checkpoint(%r, 0)\n"
             "except symbolic.ConversionError as err:\n    print('refused:', err)\n" % prefix)
-    proc = run_python(code, timeout=120)
+    proc = run_python(code)
     assert proc.returncode == 0 and "refused: symbol file" in proc.stdout and match in proc.stdout, \
         (proc.returncode, proc.stderr[-2000:])
 
@@ -349,6 +347,6 @@ print("scanned")
 @pytest.mark.slow
 def test_no_attribute_outside_the_caps_sizes_the_outputs_of_an_op():
     # every allowed op of this MXNet, each integer or tuple attribute set to 3000 elements
-    proc = run_python(_SCAN, timeout=600)
+    proc = run_python(_SCAN)
     assert proc.returncode == 0 and "scanned" in proc.stdout, proc.stderr[-2000:]
     assert "UNCAPPED" not in proc.stdout, proc.stdout

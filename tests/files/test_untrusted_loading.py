@@ -8,7 +8,6 @@ import json
 import os
 import pickle
 import struct
-import subprocess
 import sys
 import zipfile
 
@@ -16,7 +15,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT, dense_and_trainer, dense_step
+from conftest import ROOT, dense_and_trainer, dense_step, run_command
 from mxmixed import checkpoint, symbolic
 from mxmixed._files import untrusted
 from mxmixed.checkpoint import CheckpointError
@@ -304,8 +303,8 @@ def _pair(folder):
 
 def _convert(*args):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "mxmixed", "convert"] + list(args),
-                          capture_output=True, text=True, env=env, timeout=120)
+    return run_command([sys.executable, "-m", "mxmixed", "convert"] + list(args),
+                       capture_output=True, text=True, env=env)
 
 
 def _error_line(proc):

@@ -8,14 +8,13 @@ walk passes in a subprocess under a memory limit.
 """
 import random
 import struct
-import subprocess
 import sys
 
 import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 from mxmixed import symbolic
 from mxmixed._files.untrusted import UnsafeFileError, check_nd_bytes, nd_bytes
 
@@ -62,8 +61,8 @@ while pos < len(blob):
 def _load_in_subprocess(files, limit=1 << 31):
     """MXNet's verdict on each file: 'ok' or 'error ...'; a crash or a kill fails the test."""
     blob = b"".join(struct.pack("<Q", len(f)) + f for f in files)
-    proc = subprocess.run([sys.executable, "-c", _LOADER, str(limit)], input=blob,
-                          capture_output=True, timeout=300, cwd=ROOT)
+    proc = run_command([sys.executable, "-c", _LOADER, str(limit)], input=blob,
+                       capture_output=True, cwd=ROOT)
     lines = proc.stdout.decode().splitlines()
     assert proc.returncode == 0 and len(lines) == len(files), (
         "MXNet crashed or was killed on file %d: rc=%d %s"

@@ -161,6 +161,15 @@ def test_the_committed_copy_is_one_dated_file_of_full_runs():
     assert not os.path.exists(os.path.join(ROOT, "benchmarks", "results.json"))
 
 
+def test_the_gpu_fidelity_results_say_whether_the_gpu_half_ran():
+    """docs/emulation.md: benchmarks/results-gpu-fidelity.json says "not yet run" until the
+    GPU half of benchmarks/gpu_fidelity.py runs; its reference is PyTorch, never MXNet."""
+    with open(os.path.join(ROOT, "benchmarks", "results-gpu-fidelity.json")) as handle:
+        results = json.load(handle)
+    assert results["status"] in ("not yet run", "measured")
+    assert results["mxnet_on_gpu"] is False
+
+
 # ----------------------------------------------------------------------------- the docs quote it
 def _fig(copy, suite, workload, figure=""):
     found = [f for f in copy["figures"] if f["suite"] == suite and f["figure"].startswith(figure)

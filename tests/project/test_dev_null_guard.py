@@ -8,12 +8,11 @@ file, and apt then failed on that machine. ``tests/conftest.py`` fails the whole
 import os
 import re
 import stat
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 # the only files allowed to name os.devnull: they check it, or say why it must not be written
 # (mxmixed/cli/_streams.py opens the device for writing, O_WRONLY and never O_CREAT, to discard the
@@ -54,9 +53,9 @@ def test_the_session_fails_when_dev_null_was_replaced(tmp_path):
     test.write_text("import os\nos.devnull = %r\n\n\ndef test_passes():\n    pass\n"
                     % str(regular))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest",
-                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    proc = run_command([sys.executable, "-m", "pytest", "-q", "-p", "conftest",
+                        "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
     assert "1 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.returncode == 1
     assert "is no longer a character device at the end of the session" in proc.stderr

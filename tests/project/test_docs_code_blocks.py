@@ -22,19 +22,19 @@ Nothing here downloads anything: the blocks use the digits that ship with scikit
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from conftest import run_command
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md"] + sorted("docs/%s" % p.name for p in (ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARK = re.compile(r"<!--\s*(.*?)\s*-->\s*$")
 AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
-PAGE_TIMEOUT_S = 300
 # Pages whose blocks another test runs already, and checks more closely.
 RUN_ELSEWHERE = {"docs/quickstart.md": "tests/project/test_quickstart_page.py runs its blocks and compares "
                                        "what they print with the page"}
@@ -129,7 +129,7 @@ def test_python_blocks_run_as_written(page, tmp_path):
     runs, _ = plan(page)
     if not runs:
         pytest.skip("%s: every python block is marked not run (see the skips)" % page)
-    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="2", MXMIXED_PROGRESS="0")
+    env = dict(os.environ, MPLBACKEND="Agg", MXMIXED_PROGRESS="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     work = tmp_path / "work"
     work.mkdir()
@@ -138,8 +138,8 @@ def test_python_blocks_run_as_written(page, tmp_path):
         spec.write_text(json.dumps([page, run]))
         runner = tmp_path / "runner.py"
         runner.write_text(RUNNER)
-        proc = subprocess.run([sys.executable, str(runner), str(spec)], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=PAGE_TIMEOUT_S)
+        proc = run_command([sys.executable, str(runner), str(spec)], cwd=work, env=env,
+                           capture_output=True, text=True)
         assert proc.returncode == 0, "%s: a python block failed:\n%s" % (
             page, (proc.stdout + proc.stderr)[-4000:])
 

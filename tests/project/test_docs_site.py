@@ -16,14 +16,14 @@ import os
 import pkgutil
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from conftest import HANG_S, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -31,7 +31,6 @@ NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 PLOT_TUTORIAL = "03_gluon_amp"  # a tutorial with plots, for the browser check
 CHROMIUM = os.environ.get("MXMIXED_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("MXMIXED_CHROMEDRIVER", "/usr/bin/chromedriver")
-BUILD_TIMEOUT_S = 600
 REMOTE = re.compile(r"^(https?:)?//", re.I)
 
 
@@ -46,12 +45,9 @@ def site(tmp_path_factory):
     html = out / "html"
     cmd = [sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html",
            "-d", str(out / "doctrees"), str(DOCS), str(html)]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=BUILD_TIMEOUT_S,
-                          env=dict(os.environ, MPLBACKEND="Agg"))
-    seconds = time.perf_counter() - start
-    print("docs build: %.1f s" % seconds)
-    return {"html": html, "proc": proc, "seconds": seconds}
+    proc = run_command(cmd, capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, MPLBACKEND="Agg"))
+    return {"html": html, "proc": proc}
 
 
 def _page(site, name):
@@ -327,7 +323,7 @@ def browser():
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    driver.set_page_load_timeout(HANG_S)
     try:
         yield driver
     finally:

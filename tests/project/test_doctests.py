@@ -14,11 +14,12 @@ import inspect
 import os
 import pkgutil
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 ISOLATED = re.compile(r"(^|[^\w.])(mxmixed\.)?init\(", re.M)
@@ -101,8 +102,8 @@ def test_docstring_examples_run(tests, tmp_path):
         pytest.skip("no docstring examples yet")
     env = dict(os.environ, MPLBACKEND="Agg")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", RUNNER] + tests, cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = run_command([sys.executable, "-c", RUNNER] + tests, cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
     assert proc.returncode == 0, "docstring examples failed:\n%s\n%s" % (
         proc.stdout[-6000:], proc.stderr[-2000:])
 

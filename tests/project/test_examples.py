@@ -1,18 +1,17 @@
 """examples/train.py: the gluoncv-style flags, offline by default, clear errors."""
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 SCRIPT = os.path.join(ROOT, "examples", "train.py")
 
 
 def _run(*flags):
-    return subprocess.run([sys.executable, SCRIPT, "--no-progress", *flags], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    return run_command([sys.executable, SCRIPT, "--no-progress", *flags], capture_output=True,
+                       text=True, cwd=ROOT)
 
 
 def _accuracy(stdout):

@@ -1,11 +1,10 @@
 """The package's layers: ``import mxmixed`` stays light, and imports point only down."""
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, run_python
+from conftest import ROOT, run_command, run_python
 
 
 def test_import_mxmixed_loads_nothing_of_the_tutorial():
@@ -40,8 +39,8 @@ def _lint_imports():
 def test_import_linter_contracts_hold():
     """`lint-imports` checks .importlinter: the layers, mxmixed.tutorial kept out of the core,
     symbolic and diagnostics independent."""
-    proc = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " 0 broken" in proc.stdout
 

@@ -1,20 +1,19 @@
 """The code passes the linter configured in pyproject.toml (ruff: pyflakes, pycodestyle, banned imports)."""
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 
 def test_ruff_finds_nothing():
     exe = os.path.join(os.path.dirname(sys.executable), "ruff")
     if not os.path.exists(exe):
         pytest.skip("ruff is not installed (pip install -c constraints.txt -e .[test])")
-    proc = subprocess.run([exe, "check", "--no-cache", "mxmixed", "tests", "benchmarks",
-                           "examples", "docs/conf.py"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_command([exe, "check", "--no-cache", "mxmixed", "tests", "benchmarks",
+                        "examples", "docs/conf.py"], cwd=ROOT, capture_output=True,
+                       text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
@@ -25,7 +24,7 @@ def test_ruff_refuses_a_banned_import_outside_its_home(line):
     exe = os.path.join(os.path.dirname(sys.executable), "ruff")
     if not os.path.exists(exe):
         pytest.skip("ruff is not installed (pip install -c constraints.txt -e .[test])")
-    proc = subprocess.run([exe, "check", "--no-cache", "--stdin-filename",
-                           os.path.join("mxmixed", "symbolic", "_stray.py"), "-"],
-                          input=line + "\n", cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_command([exe, "check", "--no-cache", "--stdin-filename",
+                        os.path.join("mxmixed", "symbolic", "_stray.py"), "-"],
+                       input=line + "\n", cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1 and "TID251" in proc.stdout, proc.stdout + proc.stderr

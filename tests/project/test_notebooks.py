@@ -4,12 +4,11 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "tutorials", "*.ipynb")))
 MAX_LINE = 90
@@ -33,8 +32,8 @@ def _ids(paths):
 def test_every_tutorial_notebook_is_collected():
     notebooks = [os.path.relpath(p, ROOT) for p in NOTEBOOKS]
     assert notebooks, "tutorials/ holds no notebook"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = run_command([sys.executable, "-m", "pytest", "--collect-only", "-q"],
+                       capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     collected = {line.split("::", 1)[0] for line in proc.stdout.splitlines() if "::" in line}
     missing = [nb for nb in notebooks if nb not in collected]

@@ -3,7 +3,7 @@
 The page alternates code blocks (```python or ```bash) with the ```text block of their
 expected output. Each step runs in the same temporary folder, in order (the conversion reads the
 checkpoint that the training loop exported), each Python block in a fresh interpreter because
-``mxmixed.init`` cannot be undone, with ``OMP_NUM_THREADS=2`` as the page says. Outputs are
+``mxmixed.init`` cannot be undone, with the caller's ``OMP_NUM_THREADS``. Outputs are
 compared line by line: the words exactly, and the numbers exactly too except where the page
 states a tolerance (:data:`LOOSE`): test accuracies within 0.12, validation errors within 3x,
 times not at all.
@@ -11,11 +11,12 @@ times not at all.
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -73,7 +74,7 @@ def _numbers_agree(got_line, want_line):
 
 
 def _run(language, code, cwd):
-    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="2")
+    env = dict(os.environ, MPLBACKEND="Agg")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if language == "python":
         cmd = [sys.executable, "-c", code]
@@ -81,7 +82,7 @@ def _run(language, code, cwd):
         words = shlex.split(code.strip())
         assert words[0] == "mxmixed", code
         cmd = [sys.executable, "-m", "mxmixed"] + words[1:]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_command(cmd, cwd=cwd, env=env, capture_output=True, text=True)
 
 
 @pytest.mark.slow

@@ -5,11 +5,11 @@ line, that its call is ignored."""
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
 
+from conftest import run_command
 from mxmixed._core.state import bfloat16_support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +31,7 @@ def image_folder(tmp_path_factory):
 def _run(tmp_path, image_folder, runner_args=(), script_args=()):
     report, metrics = tmp_path / "report.json", tmp_path / "metrics.json"
     dead = "http://127.0.0.1:9"  # nothing may be downloaded
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2", HOME=str(tmp_path / "home"),
+    env = dict(os.environ, PYTHONPATH=ROOT, HOME=str(tmp_path / "home"),
                MXNET_HOME=str(tmp_path / "mxnet_home"), HTTP_PROXY=dead, HTTPS_PROXY=dead)
     command = ([sys.executable, "-m", "mxmixed.run", "--report", str(report)]
                + list(runner_args) + [os.path.join(CLIENTS, "train_imagenet.py"),
@@ -40,8 +40,7 @@ def _run(tmp_path, image_folder, runner_args=(), script_args=()):
                                       "--num-epochs", "1", "--max-iters", str(ITERS),
                                       "--lr", "0.01", "--seed", "0", "--log-interval", "1",
                                       "--save-metrics", str(metrics)] + list(script_args))
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
-                          cwd=str(tmp_path))
+    proc = run_command(command, capture_output=True, text=True, env=env, cwd=str(tmp_path))
     return proc, (json.loads(report.read_text()) if report.exists() else None), (
         json.loads(metrics.read_text()) if metrics.exists() else None)
 

@@ -3,7 +3,6 @@ hooks behind ``--report`` come off again; the report tells the float16 story of 
 knows nothing about mxmixed; ``--no-emulation`` is the plain-MXNet baseline."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -11,6 +10,7 @@ import mxnet as mx
 import pytest
 from mxnet import gluon
 
+from conftest import run_command
 from mxmixed import emulation
 from mxmixed.cli import build_parser
 from mxmixed.cli._run import run_script
@@ -25,11 +25,11 @@ def _script(tmp_path, body, name="script.py"):
     return str(path)
 
 
-def _run(args, timeout=240, env=None):
+def _run(args, env=None):
     """``python -m mxmixed.run ARGS`` in a fresh interpreter (AMP cannot be undone)."""
-    full_env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "mxmixed.run"] + list(args), capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=ROOT)
+    full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    return run_command([sys.executable, "-m", "mxmixed.run"] + list(args), capture_output=True,
+                       text=True, env=full_env, cwd=ROOT)
 
 
 # ----------------------------------------------------------------------------- exit codes, argv

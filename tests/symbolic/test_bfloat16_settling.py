@@ -39,6 +39,7 @@ def test_bert_converts_to_bfloat16(tmp_path, capsys):
     assert model.report.count("FullyConnected", "bfloat16") > 0
 
 
+@pytest.mark.slow
 def test_mxnets_own_pass_refuses_yolo3_and_the_settling_converts_it(yolo3, tmp_path, capsys):
     prefix, X = yolo3
     sym, args, auxs = mx.model.load_checkpoint(prefix, 0)

@@ -1,12 +1,11 @@
 """A wrong PREFIX or EPOCH is answered with what exists: the folder's checkpoints, the epochs."""
 import os
-import subprocess
 import sys
 
 import mxnet as mx
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 from mxmixed import symbolic
 
 
@@ -49,8 +48,8 @@ def test_convert_says_so_with_exit_2(tmp_path):
     for args, expected in [([str(tmp_path), "0"], "is a folder; give the checkpoint's prefix"),
                            ([str(tmp_path / "model"), "3"], "epochs with a params file for "
                                                             "prefix %r: 0, 5" % str(tmp_path / "model"))]:
-        proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert"] + args
-                              + ["--out", str(tmp_path / "o16")], capture_output=True, text=True,
-                              env=env, timeout=120)
+        proc = run_command([sys.executable, "-m", "mxmixed", "convert"] + args
+                           + ["--out", str(tmp_path / "o16")], capture_output=True, text=True,
+                           env=env)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr

@@ -38,6 +38,7 @@ def test_float16_cast_halves_the_float16_parameter_bytes(rows):
     assert rows["float16"]["param_bytes"] == 2 * (total - bn) + 4 * bn
 
 
+@pytest.mark.slow
 def test_scaled_runs_record_scales_and_skips(rows):
     assert rows["float32"]["final_scale"] is None and rows["float32"]["skipped"] == 0
     amp_run = rows["amp"]["runs"][0]
@@ -46,6 +47,7 @@ def test_scaled_runs_record_scales_and_skips(rows):
     assert set(rows["float16"]["runs"][0]["scales"]) == {128.0}
 
 
+@pytest.mark.slow
 def test_comparison_table_lists_every_precision(rows):
     text = format_comparison(list(rows.values()))
     assert all(p in text for p in ("float32", "amp", "float16"))
