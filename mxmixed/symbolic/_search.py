@@ -15,6 +15,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
+from .._core.dtypes import FLOAT16_MAX
 from .._core.graph import Graph
 from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
@@ -94,7 +95,7 @@ class SearchResult:
 def _rank(names, peaks, scores):
     """Overflowing layers first, then by the error they add, then by activation range."""
     order = sorted(range(len(names)), key=lambda k: (
-        -int(peaks[k] > 65504.0), -scores[k] if np.isfinite(scores[k]) else -np.inf, -peaks[k], k))
+        -int(peaks[k] > FLOAT16_MAX), -scores[k] if np.isfinite(scores[k]) else -np.inf, -peaks[k], k))
     return [names[k] for k in order]
 
 
@@ -310,7 +311,7 @@ def _greedy(ev, tolerance):
     names = ev.names
     peaks = dict(zip(names, ev.stats32.peak))
     scores = np.zeros(len(names))
-    chosen = [name for name in names if peaks[name] > 65504.0]
+    chosen = [name for name in names if peaks[name] > FLOAT16_MAX]
     initial = ev.error_with([]) if chosen else None
     for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
         try:
