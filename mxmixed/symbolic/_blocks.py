@@ -14,6 +14,7 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
+from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
 from .._core.graph import Graph, dtype_code, var_dtype
@@ -21,7 +22,7 @@ from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
 from ._report import ConversionReport
-from ._inference import default_ctx, is_cpu, symbol_block
+from ._inference import block_facts, default_ctx, symbol_block
 from ._options import ConvertOptions, options_from
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
@@ -139,7 +140,7 @@ def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
         warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     block = symbol_block(sym, arg_params, aux_params, mx.cpu())
-    if not block._mxmixed_bfloat16:
+    if not block_facts(block).bfloat16:
         raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
                               "params): load a float16 one with load_float16" % prefix)
     return block
