@@ -191,7 +191,9 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
                          ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
                          exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
                          cast_optional_params: bool = True, return_report: bool = False,
-                         options: Optional[ConvertOptions] = None
+                         options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
+                         searched_layers: Sequence[str] = (), keep_detection_float32: bool = True,
+                         fold_batchnorm: Optional[bool] = None
                          ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
@@ -215,6 +217,8 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
         Also return the :class:`ConversionReport`.
     options : ConvertOptions, optional
         The conversion options in one object instead of their keywords (not both).
+    target_dtype, searched_layers, keep_detection_float32, fold_batchnorm
+        As in :func:`convert`.
 
     Returns
     -------
@@ -236,8 +240,12 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
     >>> out.shape
     (2, 10)
     """
-    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
-                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params)
+    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
+                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                           cast_optional_params=cast_optional_params,
+                           searched_layers=searched_layers,
+                           keep_detection_float32=keep_detection_float32,
+                           fold_batchnorm=fold_batchnorm)
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
     ctx = default_ctx(ctx)

@@ -106,7 +106,9 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                        cast_optional_params: bool = True, batch_size: int = 8,
                        ctx: Optional[mx.Context] = None, progress: bool = True,
                        keep_detection_float32: bool = True, rule: str = "auto",
-                       options: Optional[ConvertOptions] = None) -> SearchResult:
+                       options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
+                       searched_layers: Sequence[str] = (),
+                       fold_batchnorm: Optional[bool] = None) -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
@@ -135,6 +137,13 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         ``max|y16 - y32| / max|y32|``); outputs must also be finite.
     exclude_layers, exclude_ops, keep_io_types, cast_optional_params, keep_detection_float32
         As in :func:`convert`; the user's exclusions are always kept.
+    target_dtype : {'float16'}, default 'float16'
+        As in :func:`convert`; the search is for float16 only.
+    searched_layers : sequence of str
+        Layers found by an earlier search: kept float32 in every evaluation, and in the result
+        with the layers found now.
+    fold_batchnorm : bool, optional
+        As in :func:`convert`.
     batch_size : int, default 8
         Batch size when ``inputs`` is one array.
     ctx : mxnet.Context, optional
@@ -182,9 +191,12 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     >>> result.layers                          # nothing needs to stay float32 here
     []
     """
-    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
-                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
-                           keep_detection_float32=keep_detection_float32)
+    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
+                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                           cast_optional_params=cast_optional_params,
+                           searched_layers=searched_layers,
+                           keep_detection_float32=keep_detection_float32,
+                           fold_batchnorm=fold_batchnorm)
     if options.target_dtype != "float16":
         raise ConversionError("search_fp32_layers searches float16 layers only, not %s: use "
                               "exclude_layers / exclude_ops" % options.target_dtype)
@@ -250,7 +262,8 @@ class _Evaluator:
         if key not in self.models:
             self.models[key] = convert_with(
                 self.sym, self.arg_params, self.aux_params,
-                dataclasses.replace(self.options, searched_layers=tuple(layers)),
+                dataclasses.replace(self.options, searched_layers=self.options.searched_layers
+                                    + tuple(layers)),
                 input_types=self.types) if layers else self.base
         return self.models[key]
 
