@@ -51,10 +51,10 @@ HOW = ("one process; float32 and bfloat16 timed in alternating blocks per round 
 
 
 def cpu_facts():
-    from mxmixed._core import state
+    from mxmixed._core import devices
     from mxmixed.diagnostics import machine
 
-    flags = state._cpu_flags() or set()
+    flags = devices.cpu_flags() or set()
     model = "unknown"
     try:
         with open("/proc/cpuinfo") as handle:

@@ -1,4 +1,5 @@
-"""The one home of mxmixed's dtype facts: the float dtypes and how MXNet and NumPy name them.
+"""The one home of mxmixed's dtype facts: the float dtypes, how MXNet and NumPy name them, MXNet's
+integer dtype codes and float16's range.
 
 MXNet 1.9.1 has no NumPy bfloat16: it represents one as a 2-byte record whose NumPy name is
 'void16', while MXNet (its ops' ``dtype`` attributes, its AMP lists) spells it 'bfloat16'.
@@ -11,13 +12,29 @@ import numpy as np
 
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-__all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "dtype_name", "numpy_name", "is_floating",
-           "amp_list_key", "LastArrays"]
+__all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "MXNET_CODES", "FLOAT16_MAX", "FLOAT16_OVERFLOW",
+           "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO", "dtype_name",
+           "numpy_name", "is_floating", "amp_list_key", "LastArrays"]
 
 FLOAT16 = np.dtype(np.float16)
 FLOAT32 = np.dtype(np.float32)
 # MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16')
 BFLOAT16 = np.dtype(_DTYPE_MX_TO_NP[12])
+
+MXNET_CODES = {code: np.dtype(t) for code, t in _DTYPE_MX_TO_NP.items() if t is not None}
+"""dict of int to numpy.dtype: the dtype of each integer code MXNet 1.9.1 knows (an array
+file's type flag, a ``__dtype__`` attribute): 0 to 7 and 12 (bfloat16)."""
+
+FLOAT16_MAX = 65504.0
+"""float: the largest finite float16."""
+FLOAT16_OVERFLOW = 65520.0
+"""float: the smallest magnitude that rounds to inf (halfway between 65504 and 2**16)."""
+FLOAT16_MIN_NORMAL = 2.0 ** -14
+"""float: the smallest normal float16."""
+FLOAT16_MIN_SUBNORMAL = 2.0 ** -24
+"""float: the smallest positive float16."""
+FLOAT16_ROUND_TO_ZERO = 2.0 ** -25
+"""float: magnitudes at or below this round to zero."""
 
 
 def dtype_name(dtype):

@@ -10,6 +10,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
+from .devices import is_cpu
 from .dtypes import FLOAT16, FLOAT32
 
 __all__ = ["CHUNK", "all_finite", "fast_check_applies", "nonfinite_sums", "each_finite", "exact_all_finite",
@@ -92,7 +93,7 @@ def fast_check_applies(dtype, ctx):
     bool
         True for float16, float32 and float64 arrays on a CPU context.
     """
-    return ctx.device_type == "cpu" and np.dtype(dtype) in _SUMMED
+    return is_cpu(ctx) and np.dtype(dtype) in _SUMMED
 
 
 def nonfinite_sums(arrays, uniform=False):

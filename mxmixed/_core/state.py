@@ -11,6 +11,7 @@ from typing import Tuple
 
 import mxnet as mx
 
+from . import devices
 from .patches import Patches
 
 __all__ = ["AMP", "EMULATION", "amp_initialized", "emulation_active", "gpu_visible",
@@ -110,17 +111,6 @@ def gpu_visible():
         return False
 
 
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
-
-
 def bfloat16_native():
     """The CPU instructions that run bfloat16 arithmetic natively here, or None.
 
@@ -132,7 +122,7 @@ def bfloat16_native():
         it cannot run at all (see :func:`bfloat16_support`). None also when the CPU flags
         cannot be read.
     """
-    flags = _cpu_flags() or set()
+    flags = devices.cpu_flags() or set()
     if "amx_bf16" in flags:
         return "AMX-BF16"
     if "avx512_bf16" in flags:
@@ -155,7 +145,7 @@ def bfloat16_support() -> Tuple[bool, str]:
     """
     if not mx.runtime.Features().is_enabled("MKLDNN"):
         return False, "this MXNet build has no oneDNN (feature MKLDNN), which bfloat16 ops need"
-    flags = _cpu_flags()
+    flags = devices.cpu_flags()
     missing = [f for f in _AVX512_CORE if flags is not None and f not in flags]
     if missing:
         return False, ("MXNet's bfloat16 ops (oneDNN) need a CPU with AVX-512 F/BW/VL/DQ, and "

@@ -19,6 +19,7 @@ import numpy as np
 
 import mxnet as mx
 
+from .._core.dtypes import MXNET_CODES
 from .._core.errors import one_line
 
 __all__ = ["UnsafeFileError", "MAX_JSON_DEPTH", "check_json_depth", "json_object_pairs",
@@ -384,9 +385,8 @@ def check_graph(graph, source, nbytes):
 # ------------------------------------------------------------------ arrays (.params)
 _ND_LIST_MAGIC = 0x112
 _ND_V2, _ND_V3 = 0xF993FAC9, 0xF993FACA
-# the dtypes MXNet 1.9.1 reads (8 to 11 are "Unknown type enum"): float32, float64, float16,
-# uint8, int32, int8, int64, bool, bfloat16
-_ND_ITEMSIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 12: 2}
+# the dtypes MXNet 1.9.1 reads (8 to 11 are "Unknown type enum")
+_ND_ITEMSIZE = {code: dtype.itemsize for code, dtype in MXNET_CODES.items()}
 _ND_MAX_DIMS = 32
 _ND_MAX_ELEMENTS = 2 ** 31 - 1  # one tensor of MXNet 1.9.1 built without INT64_TENSOR_SIZE
 # MXNet and Python spend about 950 bytes on each array loaded (measured: 65,536 one-byte arrays,
@@ -446,72 +446,90 @@ def check_nd_bytes(data, source):
     UnsafeFileError
         One line naming ``source`` and what is wrong.
     """
-    view, pos = memoryview(data), 0
+    read = _NdReader(data, source)
+    magic, _, count = read.take("<QQQ")
+    if magic != _ND_LIST_MAGIC:
+        raise read.bad("it does not start with the magic number of mx.nd.save")
+    if count * 12 > read.left() or count > _ND_MAX_ARRAYS + len(read.view) // 1024:
+        raise read.bad("it declares %d arrays in %d bytes (at most 65536 and one per KiB)"
+                       % (count, len(read.view)))
     np_shape = mx.util.is_np_shape()
+    for index in range(count):
+        _nd_array(read, index, np_shape)
+    _nd_names(read, count)
+    if read.left():
+        raise read.bad("%d bytes follow its last array" % read.left())
+    return count
 
-    def bad(detail):
+
+class _NdReader:
+    """A position in the bytes of an array file, and the refusal that names the file."""
+
+    def __init__(self, data, source):
+        self.view, self.pos, self.source = memoryview(data), 0, source
+
+    def left(self):
+        return len(self.view) - self.pos
+
+    def bad(self, detail):
         return UnsafeFileError("%s cannot be loaded: it is not a valid MXNet array file (%s)"
-                               % (source, detail))
+                               % (self.source, detail))
 
-    def take(fmt):
-        nonlocal pos
+    def take(self, fmt):
         size = struct.calcsize(fmt)
-        if pos + size > len(view):
-            raise bad("it ends inside a header (at byte %d)" % pos)
-        values = struct.unpack_from(fmt, view, pos)
-        pos += size
+        if size > self.left():
+            raise self.bad("it ends inside a header (at byte %d)" % self.pos)
+        values = struct.unpack_from(fmt, self.view, self.pos)
+        self.pos += size
         return values
 
-    magic, _, count = take("<QQQ")
-    if magic != _ND_LIST_MAGIC:
-        raise bad("it does not start with the magic number of mx.nd.save")
-    if count * 12 > len(view) - pos or count > _ND_MAX_ARRAYS + len(view) // 1024:
-        raise bad("it declares %d arrays in %d bytes (at most 65536 and one per KiB)"
-                  % (count, len(view)))
-    for index in range(count):
-        magic, stype, ndim = take("<Iii")
-        if magic not in (_ND_V2, _ND_V3):
-            raise bad("array %d has an unsupported format (magic 0x%08x)" % (index, magic))
-        if (magic == _ND_V3) != np_shape:
-            raise bad("array %d was saved %s NumPy shape semantics, and they are %s in this "
-                      "process" % (index, "with" if magic == _ND_V3 else "without",
-                                   "on" if np_shape else "off"))
-        if stype != 0:
-            raise bad("array %d is sparse or of an unknown storage type (%d), which is not "
-                      "supported" % (index, stype))
-        if not (0 if np_shape else 1) <= ndim <= _ND_MAX_DIMS:
-            raise bad("array %d has no shape" % index if ndim in (0, -1)
-                      else "array %d declares %d dimensions" % (index, ndim))
-        dims = take("<%dq" % ndim)
-        if not all(0 <= d <= _ND_MAX_ELEMENTS for d in dims):  # MXNet's API reads them as int32
-            raise bad("array %d declares the shape %s" % (index, dims))
-        _, _, type_flag = take("<iii")  # the context (ignored: MXNet loads to the CPU), the dtype
-        if type_flag not in _ND_ITEMSIZE:
-            raise bad("array %d has the unknown dtype flag %d" % (index, type_flag))
-        elements = 1
-        for d in dims:
-            elements *= d
-        size = elements * _ND_ITEMSIZE[type_flag]
-        if size > len(view) - pos:
-            raise UnsafeFileError("%s cannot be loaded: array %d declares the shape %s (%d bytes), "
-                                  "more than the %d bytes left in the file (truncated, or "
-                                  "crafted)" % (source, index, tuple(dims), size, len(view) - pos))
-        if elements > _ND_MAX_ELEMENTS:
-            raise bad("array %d has %d elements, more than MXNet's 2^31 - 1 for one tensor"
-                      % (index, elements))
-        pos += size
-    (names,) = take("<Q")
+
+def _nd_array(read, index, np_shape):
+    """Walk array ``index``: its header (format, storage, shape, context, dtype), then its data."""
+    magic, stype, ndim = read.take("<Iii")
+    if magic not in (_ND_V2, _ND_V3):
+        raise read.bad("array %d has an unsupported format (magic 0x%08x)" % (index, magic))
+    if (magic == _ND_V3) != np_shape:
+        raise read.bad("array %d was saved %s NumPy shape semantics, and they are %s in this "
+                       "process" % (index, "with" if magic == _ND_V3 else "without",
+                                    "on" if np_shape else "off"))
+    if stype != 0:
+        raise read.bad("array %d is sparse or of an unknown storage type (%d), which is not "
+                       "supported" % (index, stype))
+    if not (0 if np_shape else 1) <= ndim <= _ND_MAX_DIMS:
+        raise read.bad("array %d has no shape" % index if ndim in (0, -1)
+                       else "array %d declares %d dimensions" % (index, ndim))
+    dims = read.take("<%dq" % ndim)
+    if not all(0 <= d <= _ND_MAX_ELEMENTS for d in dims):  # MXNet's API reads them as int32
+        raise read.bad("array %d declares the shape %s" % (index, dims))
+    _, _, type_flag = read.take("<iii")  # the context (ignored: MXNet loads to the CPU), the dtype
+    if type_flag not in _ND_ITEMSIZE:
+        raise read.bad("array %d has the unknown dtype flag %d" % (index, type_flag))
+    elements = 1
+    for d in dims:
+        elements *= d
+    size = elements * _ND_ITEMSIZE[type_flag]
+    if size > read.left():
+        raise UnsafeFileError("%s cannot be loaded: array %d declares the shape %s (%d bytes), "
+                              "more than the %d bytes left in the file (truncated, or "
+                              "crafted)" % (read.source, index, tuple(dims), size, read.left()))
+    if elements > _ND_MAX_ELEMENTS:
+        raise read.bad("array %d has %d elements, more than MXNet's 2^31 - 1 for one tensor"
+                       % (index, elements))
+    read.pos += size
+
+
+def _nd_names(read, count):
+    """Walk the names: as many as the arrays, or none; each within the bytes left, UTF-8."""
+    (names,) = read.take("<Q")
     if names not in (0, count):
-        raise bad("it names %d of its %d arrays" % (names, count))
+        raise read.bad("it names %d of its %d arrays" % (names, count))
     for index in range(names):
-        (size,) = take("<Q")
-        if size > len(view) - pos:
-            raise bad("the name of array %d declares %d bytes" % (index, size))
+        (size,) = read.take("<Q")
+        if size > read.left():
+            raise read.bad("the name of array %d declares %d bytes" % (index, size))
         try:
-            bytes(view[pos:pos + size]).decode("utf-8")
+            bytes(read.view[read.pos:read.pos + size]).decode("utf-8")
         except UnicodeDecodeError:
-            raise bad("the name of array %d is not UTF-8 text" % index) from None
-        pos += size
-    if pos != len(view):
-        raise bad("%d bytes follow its last array" % (len(view) - pos))
-    return count
+            raise read.bad("the name of array %d is not UTF-8 text" % index) from None
+        read.pos += size

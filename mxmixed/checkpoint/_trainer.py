@@ -162,7 +162,19 @@ def read_trainer_json(path, members, trainer, order):
     """
     data = json_member(path, members, TRAINER_JSON)
     arrays = nd_member(path, members, TRAINER_ND)
+    attrs, current, states = _decode_trainer(path, data, arrays)
     optimizer = trainer._optimizer
+    _check_attrs(path, attrs, optimizer)
+    _check_states(path, states, attrs, trainer, order)
+    _check_schedule(path, attrs.get("lr_scheduler"), optimizer)
+    counts = attrs.get("_all_index_update_counts", {})
+    if current is not None and (type(current) is not int or current not in counts):
+        raise corrupt(path, "the update counters name an unknown device")
+    return TrainerData(attrs, current, data.get("states"), arrays, order)
+
+
+def _decode_trainer(path, data, arrays):
+    """The optimizer's attributes, its current counter and its states, decoded once."""
     if not isinstance(data, dict) or not isinstance(data.get("attrs"), dict):
         raise corrupt(path, "the trainer member is not an object")
     try:
@@ -175,6 +187,11 @@ def read_trainer_json(path, members, trainer, order):
         raise corrupt(path, "unreadable trainer states: %s" % err) from None
     if not isinstance(attrs, dict) or not isinstance(states, dict):
         raise corrupt(path, "the trainer states are not named")
+    return attrs, current, states
+
+
+def _check_attrs(path, attrs, optimizer):
+    """Each saved attribute is one ``optimizer`` has, of the same kind, in its range."""
     own = vars(optimizer)
     unknown = sorted(k if isinstance(k, str) else quoted(k) for k in attrs
                      if not isinstance(k, str) or k not in own or k.startswith("__"))
@@ -190,12 +207,17 @@ def read_trainer_json(path, members, trainer, order):
         problem = _attr_problem(name, value)
         if problem:
             raise corrupt(path, "optimizer attribute %r is %s: %s" % (name, quoted(value), problem))
+
+
+def _check_states(path, states, attrs, trainer, order):
+    """Each saved state belongs to a parameter and holds the arrays its optimizer makes."""
     bad = [k for k, v in states.items() if not (type(k) is int and 0 <= k < len(order)
                                                 and _is_state(v))]
     if bad:
         raise corrupt(path, "the optimizer state of parameter %s is not made of arrays"
                       % quoted(bad[0], 20))
-    templates = _state_templates(optimizer, attrs, [trainer._params[j] for j in order])
+    templates = _state_templates(trainer._optimizer, attrs,
+                                 [trainer._params[j] for j in order])
     for k, state in states.items():
         param = trainer._params[order[k]]
         problem = _state_problem(state, templates[k],
@@ -203,7 +225,10 @@ def read_trainer_json(path, members, trainer, order):
         if problem:
             raise corrupt(path, "the optimizer state of parameter %d ('%s') holds %s"
                           % (k, param.name, problem))
-    schedule = attrs.get("lr_scheduler")
+
+
+def _check_schedule(path, schedule, optimizer):
+    """A saved learning-rate schedule is of the kind ``optimizer`` has, with its attributes."""
     if isinstance(schedule, _Object):
         mine = optimizer.lr_scheduler
         if mine is None or type(mine).__name__ != schedule.name:
@@ -223,10 +248,6 @@ def read_trainer_json(path, members, trainer, order):
                               % (name, quoted(value), schedule.name, type(mine_value).__name__))
     elif schedule is not None:
         raise corrupt(path, "the learning-rate schedule is not a schedule")
-    counts = attrs.get("_all_index_update_counts", {})
-    if current is not None and (type(current) is not int or current not in counts):
-        raise corrupt(path, "the update counters name an unknown device")
-    return TrainerData(attrs, current, data.get("states"), arrays, order)
 
 
 # The settings of MXNet 1.9.1's optimizers that are read at every step, and what they may hold

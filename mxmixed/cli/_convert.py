@@ -46,6 +46,14 @@ def add_parser(sub):
                       help="epoch number of the params file")
     conv.add_argument("--out", required=True, metavar="OUTPREFIX",
                       help="output checkpoint prefix (same EPOCH); not a folder")
+    _add_conversion_flags(conv)
+    _add_validation_flags(conv)
+    _add_sample_flags(conv)
+    conv.set_defaults(func=command)
+
+
+def _add_conversion_flags(conv):
+    """What is converted to what, and the output format."""
     conv.add_argument("--exclude", nargs="+", default=[], metavar="LAYER",
                       help="layer (node) names to keep in float32")
     conv.add_argument("--exclude-op", nargs="+", default=[], metavar="OP",
@@ -68,6 +76,10 @@ def add_parser(sub):
                       help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
                            "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
                            "--input-shape or --inputs, and the onnx extra; float16 only)")
+
+
+def _add_validation_flags(conv):
+    """The comparison with float32, its tolerance, and the float32-layer search."""
     conv.add_argument("--validate", type=int_at_least(0), default=0, metavar="N",
                       help="compare the converted model with float32 on N samples; fail "
                            "(exit 1) beyond --tolerance. A bfloat16 model on a CPU that "
@@ -86,6 +98,10 @@ def add_parser(sub):
     conv.add_argument("--search-tolerance", type=positive_float, default=None, metavar="T",
                       help="find layers to keep float32 so that max|y16-y32|/max|y32| <= T "
                            "(float16 only)")
+
+
+def _add_sample_flags(conv):
+    """The samples that the validation and the search run on."""
     samples = conv.add_mutually_exclusive_group()
     samples.add_argument("--inputs", metavar="FILE.npy|FILE.npz",
                          help="samples (N, ...) for --validate and the search: one .npy array "
@@ -107,7 +123,6 @@ def add_parser(sub):
                       help="batch size of validation and search")
     conv.add_argument("--seed", type=int_at_least(0), default=0,
                       help="seed of the random samples")
-    conv.set_defaults(func=command)
 
 
 def _check_bfloat16_args(args):

@@ -17,6 +17,7 @@ from mxnet.base import NDArrayHandle
 
 from .. import emulation
 from ..emulation import emulate_symbol
+from .._core.devices import is_cpu
 from .._core.errors import one_line
 from .._core.graph import LOSS_OUTPUT_OPS, Graph
 from ._tracing import infer_shapes
@@ -96,13 +97,13 @@ class Run:
                       for n in grad_names}
         req = {n: ("write" if n in self.grads else "null") for n in args}
         types = {n: v.dtype for n, v in list(args.items()) + list(aux_values.items())}
-        if ctx.device_type == "cpu":
+        if is_cpu(ctx):
             sym = emulate_symbol(sym, types, carry=False)  # every float16 tensor watched
         self.sym = sym
         self.graph = Graph(sym)
         self.args = args
         try:
-            with emulation.emulated() if ctx.device_type == "cpu" else contextlib.nullcontext(), \
+            with emulation.emulated() if is_cpu(ctx) else contextlib.nullcontext(), \
                     _quiet_subgraph_log():
                 self.exe = sym.bind(ctx, args, args_grad=self.grads or None, grad_req=req,
                                     aux_states=aux_values)

@@ -16,6 +16,7 @@ from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
 from .._core.graph import Graph, GraphShapeError, GraphTypeError, infer_types
 from .._core.graph import infer_shapes as infer_graph_shapes
+from .._core.params import is_param_name
 
 DATA = "data"
 LABEL = "label"
@@ -184,8 +185,7 @@ def infer_shapes(sym, shapes, partial=False):
 
 
 def data_inputs(sym):
-    return [n for n in sym.list_arguments()
-            if not n.endswith(("_weight", "_bias", "_gamma", "_beta"))]
+    return [n for n in sym.list_arguments() if not is_param_name(n)]
 
 
 def _fmt_shapes(shapes):

@@ -20,24 +20,16 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 
-if TYPE_CHECKING:  # for the annotations only: this module needs no MXNet
+from .._core.dtypes import (FLOAT16_MAX, FLOAT16_MIN_NORMAL, FLOAT16_MIN_SUBNORMAL,
+                            FLOAT16_OVERFLOW, FLOAT16_ROUND_TO_ZERO)
+
+if TYPE_CHECKING:  # for the annotations only
     import mxnet as mx
 
 __all__ = ["FLOAT16_MAX", "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO",
            "FLOAT16_OVERFLOW", "LOG2_EDGES", "RangeShares", "float16_shares", "log2_histogram"]
 
 _Values = Union[np.ndarray, Sequence[float], "mx.nd.NDArray"]
-
-FLOAT16_MAX = 65504.0
-"""float: the largest finite float16."""
-FLOAT16_OVERFLOW = 65520.0
-"""float: the smallest magnitude that rounds to inf (halfway between 65504 and 2**16)."""
-FLOAT16_MIN_NORMAL = 2.0 ** -14
-"""float: the smallest normal float16."""
-FLOAT16_MIN_SUBNORMAL = 2.0 ** -24
-"""float: the smallest positive float16."""
-FLOAT16_ROUND_TO_ZERO = 2.0 ** -25
-"""float: magnitudes at or below this round to zero."""
 
 LOG2_EDGES = np.arange(-150, 130, dtype=np.float64)
 """numpy.ndarray: edges of the log2-magnitude histogram: one bin per power of two, [e, e+1),

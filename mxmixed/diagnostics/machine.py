@@ -26,20 +26,6 @@ def _version(package):
         return None
 
 
-def cpu_has_avx512_bf16():
-    """Whether the CPU advertises AVX512-BF16 (read from /proc/cpuinfo; False elsewhere).
-
-    Returns
-    -------
-    bool
-    """
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return "avx512_bf16" in handle.read()
-    except OSError:
-        return False
-
-
 def _bfloat16():
     runs, reason = state.bfloat16_support()
     if not runs:

@@ -18,6 +18,7 @@ the GPU (on CPU contexts, while it is on).
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
+from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16
 from .._core.graph import inline_nodes
 from .._core.state import EMULATION
@@ -105,7 +106,7 @@ def is_float16_csr(lhs, rhs, transpose_a=False, transpose_b=False):
     """Whether ``dot(lhs, rhs)`` is the float16 CSR x dense product the CPU refuses."""
     return (isinstance(lhs, NDArray) and isinstance(rhs, NDArray) and lhs.stype == "csr"
             and rhs.stype == "default" and lhs.dtype == FLOAT16 and rhs.dtype == FLOAT16
-            and lhs.context.device_type == "cpu" and not transpose_a and not transpose_b)
+            and is_cpu(lhs.context) and not transpose_a and not transpose_b)
 
 
 def csr_dot_as_on_gpu(lhs, rhs):
@@ -141,7 +142,7 @@ def csr_dot_as_on_gpu(lhs, rhs):
 def _roi_align_wrapper(original):
     def roi_align(data=None, rois=None, out=None, **attrs):
         if not (EMULATION.active and isinstance(rois, NDArray)
-                and rois.context.device_type == "cpu"):
+                and is_cpu(rois.context)):
             return original(data, rois, out=out, **attrs)
         result = roi_align_as_on_gpu(mx.nd, original, data, rois, **attrs)
         if out is not None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.graph import Graph, GraphTypeError, cast_node, pin_variable_dtypes
+from .._core.params import is_param_name
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
@@ -31,16 +32,13 @@ from ._ops import BIAS_TWICE, EMULATED_OPS
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
 
 
-_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var")
-
-
 def _float16_net_hint(types):
     """``'; the net is float16 but its input data is float32: ...'`` where float32 data meets
     float16 parameters (a net cast with ``net.cast('float16')``), else ``''``."""
     dtypes = {name: np.dtype(dtype) for name, dtype in types.items()}
     data = sorted(n for n, d in dtypes.items() if d == np.float32
-                  and not n.endswith(_PARAM_SUFFIXES))
-    if not data or not any(d == FLOAT16 and n.endswith(_PARAM_SUFFIXES)
+                  and not is_param_name(n))
+    if not data or not any(d == FLOAT16 and is_param_name(n)
                            for n, d in dtypes.items()):
         return ""
     return ("; the net is float16 but its input %s is float32: pass X.astype('float16')"
@@ -49,7 +47,7 @@ def _float16_net_hint(types):
 
 def _short(types, shown=4):
     """Input dtypes for a message: a few names, then a count per dtype."""
-    names = sorted(types, key=lambda n: (n.endswith(_PARAM_SUFFIXES), n))  # data first
+    names = sorted(types, key=lambda n: (is_param_name(n), n))  # data first
     text = ", ".join("%s: %s" % (n, np.dtype(types[n]).name) for n in names[:shown])
     if len(names) > shown:
         rest = {}

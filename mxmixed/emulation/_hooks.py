@@ -8,6 +8,7 @@ from typing import Any, Sequence, Tuple
 
 import mxnet as mx
 
+from .._core.devices import CPU_DEVICE_TYPES, is_cpu
 from .._core.dtypes import LastArrays
 from .._core.state import EMULATION
 from ._graphpass import emulate_symbol, rewritten_op_types
@@ -63,7 +64,7 @@ class EmulatedCachedOp:
         op = self._ops.get(key)
         if op is None:
             sym = self._sym
-            if EMULATION.active and all(a.context.device_type == "cpu" for a in args):
+            if EMULATION.active and all(a.context.device_type in CPU_DEVICE_TYPES for a in args):
                 sym = emulate_symbol(sym, {n: a.dtype for n, a in zip(self._names, args)})
                 if sym is not self._sym and sym.list_inputs() != self._names:
                     raise RuntimeError("mxmixed.emulation changed the inputs of a graph; "
@@ -89,10 +90,6 @@ class EmulatedCachedOp:
 
 def _signature(arrays):
     return tuple((a.dtype, a.context.device_type) for a in arrays)
-
-
-def _is_cpu(ctx):
-    return ctx is None or getattr(ctx, "device_type", "cpu") == "cpu"
 
 
 _BIND_OPTIONS = ("stype_dict", "group2ctx", "shared_arg_names", "shared_exec", "shared_buffer")
@@ -152,7 +149,7 @@ def _as_user_executor(exe, user_sym):
 
 def _simple_bind(self, ctx, grad_req="write", type_dict=None, *args, **kwargs):
     sym = self
-    if EMULATION.active and _is_cpu(ctx):
+    if EMULATION.active and is_cpu(ctx):
         sym = emulate_symbol(self, type_dict)
         if sym is not self:
             kwargs = _complete_shapes(self, kwargs)
@@ -162,7 +159,7 @@ def _simple_bind(self, ctx, grad_req="write", type_dict=None, *args, **kwargs):
 
 def _bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, *rest, **kwargs):
     sym = self
-    if EMULATION.active and _is_cpu(ctx):
+    if EMULATION.active and is_cpu(ctx):
         types = {}
         for names, values in ((self.list_arguments(), args),
                               (self.list_auxiliary_states(), aux_states)):

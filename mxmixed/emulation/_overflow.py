@@ -28,6 +28,7 @@ from mxnet import autograd
 from mxnet.contrib.amp.loss_scaler import LossScaler
 from mxnet.ndarray._internal import _imperative_invoke
 
+from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16, FLOAT32, LastArrays
 from .._core.finite import (CHUNK, all_finite as sums_first_all_finite, each_finite,
                             fast_check_applies, nonfinite_sums)
@@ -55,7 +56,7 @@ def _served(arrays):
     # dense only: MXNet refuses a sparse array to an extension op (a row_sparse Embedding
     # gradient goes to the sums, whose multi_sum_sq densifies it)
     ctx = arrays[0].context
-    return ctx.device_type == "cpu" and all(
+    return is_cpu(ctx) and all(
         a.context == ctx and np.dtype(a.dtype) in (FLOAT16, FLOAT32) and a.stype == "default"
         for a in arrays)
 

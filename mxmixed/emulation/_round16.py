@@ -59,6 +59,7 @@ import tempfile
 
 import mxnet as mx
 
+from .._core.devices import cpu_flags
 from .._core.env import CACHE_DIR, cache_dir, switch
 from .._core.errors import one_line
 
@@ -86,17 +87,6 @@ _RECORD_LIMIT = 4096
 
 def _mxnet_dir():
     return os.path.dirname(os.path.abspath(mx.__file__))
-
-
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return line
-    except OSError:
-        pass
-    return ""
 
 
 def _cache_dir():
@@ -224,7 +214,7 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
     for path in list(sources) + list(keyed):
         with open(path, "rb") as handle:
             key.update(handle.read())
-    for text in (compiler, _cpu_flags(), " ".join(flags), key_text):
+    for text in (compiler, " ".join(sorted(cpu_flags() or ())), " ".join(flags), key_text):
         key.update(text.encode())
     default = target_dir is None and not os.environ.get(CACHE_DIR)
     target_dir = os.path.abspath(target_dir or _cache_dir())

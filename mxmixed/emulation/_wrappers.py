@@ -13,6 +13,7 @@ import numpy as np
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
+from .._core.devices import CPU_DEVICE_TYPES
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
@@ -117,7 +118,7 @@ def _make_nd_wrapper(op_name, original, spec):
             return csr_dot_as_on_gpu(*args[:2])
         arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, NDArray)]
         arrays += [(n, a) for n, a in kwargs.items() if isinstance(a, NDArray) and n != "out"]
-        if not any(a.dtype == FLOAT16 and a.context.device_type == "cpu" for _, a in arrays):
+        if not any(a.dtype == FLOAT16 and a.context.device_type in CPU_DEVICE_TYPES for _, a in arrays):
             return original(*args, **kwargs)
         if spec.same_dtype:
             dtypes = {a.dtype for _, a in arrays if np.issubdtype(a.dtype, np.floating)}
@@ -207,7 +208,7 @@ def amp_cast_as_on_gpu(s, dtype):
     MXNet 1.9.1 casts float16 to float32 for the ops on AMP's float32 list (softmax, norms,
     losses) only on GPU contexts; on a CPU they would silently stay float16.
     """
-    if (isinstance(s, NDArray) and s.context.device_type == "cpu" and s.dtype != dtype
+    if (isinstance(s, NDArray) and s.context.device_type in CPU_DEVICE_TYPES and s.dtype != dtype
             and np.dtype(s.dtype) in _GPU_FLOATS and np.dtype(dtype) in _GPU_FLOATS):
         return mx.nd.amp_cast(s, dtype=dtype)
     return REAL_AMP_CAST(s, dtype)

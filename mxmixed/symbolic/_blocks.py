@@ -14,6 +14,7 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
+from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
 from .._core.graph import Graph, dtype_code, var_dtype
@@ -21,7 +22,7 @@ from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
 from ._report import ConversionReport
-from ._inference import default_ctx, is_cpu, symbol_block
+from ._inference import block_facts, default_ctx, symbol_block
 from ._options import ConvertOptions, options_from
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
@@ -139,7 +140,7 @@ def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
         warnings.warn(BFLOAT16_EMULATED, stacklevel=2)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     block = symbol_block(sym, arg_params, aux_params, mx.cpu())
-    if not block._mxmixed_bfloat16:
+    if not block_facts(block).bfloat16:
         raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
                               "params): load a float16 one with load_float16" % prefix)
     return block
@@ -190,7 +191,9 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
                          ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
                          exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
                          cast_optional_params: bool = True, return_report: bool = False,
-                         options: Optional[ConvertOptions] = None
+                         options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
+                         searched_layers: Sequence[str] = (), keep_detection_float32: bool = True,
+                         fold_batchnorm: Optional[bool] = None
                          ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
@@ -214,6 +217,8 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
         Also return the :class:`ConversionReport`.
     options : ConvertOptions, optional
         The conversion options in one object instead of their keywords (not both).
+    target_dtype, searched_layers, keep_detection_float32, fold_batchnorm
+        As in :func:`convert`.
 
     Returns
     -------
@@ -235,8 +240,12 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
     >>> out.shape
     (2, 10)
     """
-    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
-                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params)
+    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
+                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                           cast_optional_params=cast_optional_params,
+                           searched_layers=searched_layers,
+                           keep_detection_float32=keep_detection_float32,
+                           fold_batchnorm=fold_batchnorm)
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
     ctx = default_ctx(ctx)

@@ -16,6 +16,7 @@ from .._core.graph import Graph, load_graph
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
 from .._core.errors import one_line
+from .._core.params import is_param_name
 from .._files.atomic import atomic_write_group
 from .._files.untrusted import (MAX_GRAPH_BYTES, UnsafeFileError, check_graph, check_json_depth,
                           check_nd_bytes, json_object_pairs, nd_bytes)
@@ -41,10 +42,6 @@ def checkpoint_paths(prefix: str, epoch: int) -> Tuple[str, str]:
         ``(prefix-symbol.json, prefix-%04d.params)``.
     """
     return "%s-symbol.json" % prefix, "%s-%04d.params" % (prefix, epoch)
-
-_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var",
-                   "_running_mean", "_running_var")
-
 
 
 def _read_bytes(path, what, limit=None):
@@ -246,7 +243,7 @@ def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     attrs = sym.attr_dict()
     data_slots = _first_inputs_only(sym)
     missing_args = sorted(n for n in args - set(arg_params)
-                          if n.endswith(_PARAM_SUFFIXES) or "__init__" in attrs.get(n, {})
+                          if is_param_name(n) or "__init__" in attrs.get(n, {})
                           or ("__shape__" in attrs.get(n, {}) and n not in data_slots))
     if extra or missing_aux or missing_args:
         parts = []

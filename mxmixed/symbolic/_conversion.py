@@ -111,7 +111,8 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
             keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
             ctx: Optional[mx.Context] = None, progress: bool = False,
             options: Optional[ConvertOptions] = None,
-            input_types: Optional[Dict[str, Any]] = None) -> ConvertedModel:
+            input_types: Optional[Dict[str, Any]] = None, *,
+            fold_batchnorm: Optional[bool] = None) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -159,12 +160,16 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     options : ConvertOptions, optional
         The conversion options in one object, instead of their keywords (``target_dtype``,
         ``exclude_layers``, ``exclude_ops``, ``keep_io_types``, ``cast_optional_params``,
-        ``searched_layers``, ``keep_detection_float32``); not both.
+        ``searched_layers``, ``keep_detection_float32``, ``fold_batchnorm``); not both.
     input_types : dict of str to dtype, optional
         The dtypes of integer data inputs (a BERT's token ids and token types: int32), which
         the conversion keeps as they are: never cast to float16, never made float16 inputs
         by ``keep_io_types=False``. By default those of a ``calibration`` dict; data inputs
         not named are float32.
+    fold_batchnorm : bool, optional
+        Fold each BatchNorm into the Convolution before it, in float32 before the cast (the
+        converted model is for inference); by default on for bfloat16, off for float16
+        (:class:`ConvertOptions`).
 
     Returns
     -------
@@ -215,7 +220,8 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                            exclude_ops=exclude_ops, keep_io_types=keep_io_types,
                            cast_optional_params=cast_optional_params,
                            searched_layers=searched_layers,
-                           keep_detection_float32=keep_detection_float32)
+                           keep_detection_float32=keep_detection_float32,
+                           fold_batchnorm=fold_batchnorm)
     return convert_with(sym, arg_params, aux_params, options, calibration, batch_size, ctx,
                         progress, start, input_types)
 

@@ -4,6 +4,10 @@ The inference form of Module API loss outputs, the inference ``SymbolBlock`` (em
 CPU) that the conversion, validation, search and loading code share, the dtype of each graph
 entry, and the ``keep_io_types=False`` rewrite.
 """
+import weakref
+from dataclasses import dataclass
+from typing import Dict, Optional
+
 import numpy as np
 
 import mxnet as mx
@@ -12,14 +16,16 @@ from mxnet.contrib import amp
 from ..emulation import emulate_symbol
 from .._core import state
 from .._core.convert import ConversionError
+from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, Graph, GraphTypeError, cast_node,
                            dtype_code, var_dtype)
 from ._bfloat16_emulation import emulate_bfloat16
 
-__all__ = ["batchnorm_params", "compute_dtype", "consumed_dtypes", "default_ctx", "inference_graph",
-           "io_float16", "is_cpu", "is_fp32_listed", "known_types", "symbol_block"]
+__all__ = ["batchnorm_params", "block_facts", "BlockFacts", "compute_dtype", "consumed_dtypes",
+           "default_ctx", "inference_graph", "io_float16", "is_fp32_listed", "known_types",
+           "symbol_block"]
 
 
 # ------------------------------------------------------------------ graph helpers
@@ -155,15 +161,49 @@ def default_ctx(ctx):
         return mx.cpu()
 
 
-def is_cpu(ctx):
-    return ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared")
-
-
 def _is_bfloat16_graph(graph, types):
     """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
     return (any(t == BFLOAT16 for t in types.values())
             or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
                    for n in graph.nodes))
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    """What :func:`symbol_block` knew of a block it built, kept beside the block, never on it.
+
+    Attributes
+    ----------
+    input_dtypes : dict of str to numpy.dtype, or None
+        The dtype of each data input, in the block's order; None for a block that
+        :func:`symbol_block` did not build.
+    bfloat16 : bool
+        The graph computes in bfloat16: oneDNN runs it, the float16 emulation stays off.
+    bfloat16_emulated : str or None
+        Why it runs under the bfloat16 emulation (MXNet's bfloat16 cannot run here); None
+        when it runs natively, or is not bfloat16.
+    """
+
+    input_dtypes: Optional[Dict[str, np.dtype]] = None
+    bfloat16: bool = False
+    bfloat16_emulated: Optional[str] = None
+
+
+_FACTS = weakref.WeakKeyDictionary()  # block -> BlockFacts, for the blocks symbol_block built
+
+
+def block_facts(block):
+    """What :func:`symbol_block` recorded of ``block``; the defaults for any other block.
+
+    Parameters
+    ----------
+    block : mxnet.gluon.Block
+
+    Returns
+    -------
+    BlockFacts
+    """
+    return _FACTS.get(block) or BlockFacts()
 
 
 def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
@@ -174,8 +214,8 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     data inputs that are not what the graph declares (integer token ids). Where MXNet's
     bfloat16 cannot run (:func:`mxmixed.bfloat16_support`), it runs under the bfloat16
     emulation instead (float32 arithmetic, bfloat16 rounding;
-    :func:`._bfloat16_emulation.emulate_bfloat16`), and the block's
-    ``_mxmixed_bfloat16_emulated`` says why (None when bfloat16 runs natively).
+    :func:`._bfloat16_emulation.emulate_bfloat16`). :func:`block_facts` of the block says
+    which: its input dtypes, whether it is bfloat16, and why it is emulated.
     """
     params = dict(arg_params)
     params.update(aux_params)
@@ -221,9 +261,7 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
         block_params.load_dict(payload, ctx=ctx, ignore_extra=True)
     except (AssertionError, mx.base.MXNetError) as err:
         raise ConversionError("the params do not fit the graph: %s" % one_line(err)) from None
-    block._mxmixed_input_dtypes = data_types
     if bfloat16:
         block.hybridize(static_alloc=True, static_shape=True)
-    block._mxmixed_bfloat16 = bfloat16
-    block._mxmixed_bfloat16_emulated = emulated
+    _FACTS[block] = BlockFacts(data_types, bfloat16, emulated)
     return block

@@ -1,8 +1,10 @@
 """The options of a conversion, in one object that convert, the search, the report and the CLI share.
 
 A new conversion option is one field of :class:`ConvertOptions` (and its check in
-``__post_init__``) plus its flag in ``mxmixed/cli/_convert.py``; ``tests/symbolic/test_convert_options.py``
-fails for a field without a flag unless it is listed there as one the CLI does not offer.
+``__post_init__``), its keyword in :func:`convert`, :func:`search_fp32_layers` and
+:func:`convert_hybrid_block` (handed to :func:`options_from`), and its flag in
+``mxmixed/cli/_convert.py``; ``tests/symbolic/test_convert_options.py`` fails for a field that
+a function lacks, or without a flag unless it is listed there as one the CLI does not offer.
 """
 import dataclasses
 from dataclasses import dataclass

@@ -12,13 +12,12 @@
 import numpy as np
 
 
+from .._core.dtypes import FLOAT16_MIN_NORMAL
 from .._core.graph import Graph
 from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
 __all__ = ["layer_sensitivity", "probe_layers", "underflow_layers", "underflow_note"]
-
-FLOAT16_TINY = float(np.finfo(np.float16).tiny)  # 6.1035e-05, the smallest normal float16
 
 
 class _Stats:
@@ -105,7 +104,7 @@ def layer_sensitivity(graph, names, peak32, diff16):
     return scores
 
 
-def underflow_layers(names, peaks, outputs, limit=FLOAT16_TINY):
+def underflow_layers(names, peaks, outputs, limit=FLOAT16_MIN_NORMAL):
     """Layers and outputs whose float32 values all lie below float16's smallest normal."""
     tiny = [name for name, peak in zip(names, peaks) if 0 < peak < limit]
     heads = [k for k, out in enumerate(outputs)
@@ -125,4 +124,4 @@ def underflow_note(tiny, heads, outputs):
     return ("float16 underflow: on the calibration data %s stay below float16's smallest "
             "normal %.3g (largest |output| %.3g); float16 flushes such values toward 0. "
             "Check with validate() and keep the layers float32 with search_fp32_layers()"
-            % (" and ".join(parts), FLOAT16_TINY, peak))
+            % (" and ".join(parts), FLOAT16_MIN_NORMAL, peak))

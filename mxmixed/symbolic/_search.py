@@ -15,6 +15,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
+from .._core.dtypes import FLOAT16_MAX
 from .._core.graph import Graph
 from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
@@ -94,7 +95,7 @@ class SearchResult:
 def _rank(names, peaks, scores):
     """Overflowing layers first, then by the error they add, then by activation range."""
     order = sorted(range(len(names)), key=lambda k: (
-        -int(peaks[k] > 65504.0), -scores[k] if np.isfinite(scores[k]) else -np.inf, -peaks[k], k))
+        -int(peaks[k] > FLOAT16_MAX), -scores[k] if np.isfinite(scores[k]) else -np.inf, -peaks[k], k))
     return [names[k] for k in order]
 
 
@@ -105,7 +106,9 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                        cast_optional_params: bool = True, batch_size: int = 8,
                        ctx: Optional[mx.Context] = None, progress: bool = True,
                        keep_detection_float32: bool = True, rule: str = "auto",
-                       options: Optional[ConvertOptions] = None) -> SearchResult:
+                       options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
+                       searched_layers: Sequence[str] = (),
+                       fold_batchnorm: Optional[bool] = None) -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
@@ -134,6 +137,13 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         ``max|y16 - y32| / max|y32|``); outputs must also be finite.
     exclude_layers, exclude_ops, keep_io_types, cast_optional_params, keep_detection_float32
         As in :func:`convert`; the user's exclusions are always kept.
+    target_dtype : {'float16'}, default 'float16'
+        As in :func:`convert`; the search is for float16 only.
+    searched_layers : sequence of str
+        Layers found by an earlier search: kept float32 in every evaluation, and in the result
+        with the layers found now.
+    fold_batchnorm : bool, optional
+        As in :func:`convert`.
     batch_size : int, default 8
         Batch size when ``inputs`` is one array.
     ctx : mxnet.Context, optional
@@ -181,9 +191,12 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     >>> result.layers                          # nothing needs to stay float32 here
     []
     """
-    options = options_from(options, exclude_layers=exclude_layers, exclude_ops=exclude_ops,
-                           keep_io_types=keep_io_types, cast_optional_params=cast_optional_params,
-                           keep_detection_float32=keep_detection_float32)
+    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
+                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
+                           cast_optional_params=cast_optional_params,
+                           searched_layers=searched_layers,
+                           keep_detection_float32=keep_detection_float32,
+                           fold_batchnorm=fold_batchnorm)
     if options.target_dtype != "float16":
         raise ConversionError("search_fp32_layers searches float16 layers only, not %s: use "
                               "exclude_layers / exclude_ops" % options.target_dtype)
@@ -249,7 +262,8 @@ class _Evaluator:
         if key not in self.models:
             self.models[key] = convert_with(
                 self.sym, self.arg_params, self.aux_params,
-                dataclasses.replace(self.options, searched_layers=tuple(layers)),
+                dataclasses.replace(self.options, searched_layers=self.options.searched_layers
+                                    + tuple(layers)),
                 input_types=self.types) if layers else self.base
         return self.models[key]
 
@@ -310,7 +324,7 @@ def _greedy(ev, tolerance):
     names = ev.names
     peaks = dict(zip(names, ev.stats32.peak))
     scores = np.zeros(len(names))
-    chosen = [name for name in names if peaks[name] > 65504.0]
+    chosen = [name for name in names if peaks[name] > FLOAT16_MAX]
     initial = ev.error_with([]) if chosen else None
     for _ in range(max(1, math.ceil(math.log2(max(len(names), 1))))):
         try:

@@ -16,11 +16,12 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
+from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.progress import progress as progress_bars
 from ._bfloat16_emulation import emulation_note
 from ._detections import OutputCheck, compare_outputs
-from ._inference import default_ctx, is_cpu, symbol_block
+from ._inference import block_facts, default_ctx, symbol_block
 
 __all__ = ["validate", "ValidationReport", "Runner", "batch_size_of", "batch_types",
            "largest_error", "progress_bar", "run_batches", "slice_batch", "split_batches"]
@@ -123,7 +124,7 @@ class Runner:
             raise ConversionError("a model must be a Gluon Block, a ConvertedModel or a "
                                   "(sym, arg_params, aux_params) tuple, got %s"
                                   % type(model).__name__)
-        self.types = dict(getattr(self.block, "_mxmixed_input_dtypes", None) or {"data": FLOAT32})
+        self.types = dict(block_facts(self.block).input_dtypes or {"data": FLOAT32})
         self.input_dtype = (np.dtype(input_dtype or list(self.types.values())[0])
                             if len(self.types) == 1 else None)
 
@@ -158,7 +159,7 @@ class Runner:
 
     def __call__(self, batch):
         inputs = self._arrays(batch)
-        emulate = is_cpu(self.ctx) and not getattr(self.block, "_mxmixed_bfloat16", False)
+        emulate = is_cpu(self.ctx) and not block_facts(self.block).bfloat16
         scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
             out = self.block(*inputs)
@@ -387,13 +388,13 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
                                   % (sorted({len(r) for r in ref}), count))
     runner = Runner(fp16_model, ctx, input_dtype, input_types=types)
-    target = "bfloat16" if getattr(runner.block, "_mxmixed_bfloat16", False) else "float16"
+    target = "bfloat16" if block_facts(runner.block).bfloat16 else "float16"
     got = run_batches(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
-    why = getattr(runner.block, "_mxmixed_bfloat16_emulated", None)
+    why = block_facts(runner.block).bfloat16_emulated
     return ValidationReport(samples=count, max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=_device_text(ctx, target, why is not None),

@@ -6,7 +6,7 @@ import pytest
 
 from mxmixed import cli
 from mxmixed.diagnostics import machine
-from mxmixed._core import state
+from mxmixed._core import devices, state
 
 CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 
@@ -20,12 +20,12 @@ CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
     ({"avx2", "fma"}, "cannot run: MXNet's bfloat16 ops (oneDNN) need a CPU with AVX-512"),
 ])
 def test_info_names_how_bfloat16_runs_from_the_cpu_flags(monkeypatch, flags, start):
-    monkeypatch.setattr(state, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
     assert machine.collect()["bfloat16"].startswith(start)
 
 
 def test_probe_answers_cannot_run_and_exits_0_where_bfloat16_cannot_run(monkeypatch, capsys):
-    monkeypatch.setattr(state, "_cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2"})
     assert cli.main(["info", "--probe"]) == 0
     captured = capsys.readouterr()
     line = [l for l in captured.out.splitlines() if l.startswith("bfloat16 probe:")]
@@ -52,7 +52,7 @@ EMULATED = CORE  # AVX-512 without AVX512-BF16 or AMX
 def test_amp_scope_says_in_one_line_that_emulated_bfloat16_is_slow(monkeypatch):
     import mxmixed
 
-    monkeypatch.setattr(state, "_cpu_flags", lambda: EMULATED)
+    monkeypatch.setattr(devices, "cpu_flags", lambda: EMULATED)
     with pytest.warns(UserWarning, match="emulated by oneDNN .*slower than float32") as got:
         with mxmixed.amp_scope(target_dtype="bfloat16"):
             pass
@@ -72,7 +72,7 @@ def test_load_bfloat16_and_convert_say_it_where_bfloat16_is_emulated(monkeypatch
     net(mx.nd.ones((1, 4)))
     prefix = str(tmp_path / "m")
     net.export(prefix)
-    monkeypatch.setattr(state, "_cpu_flags", lambda: EMULATED)
+    monkeypatch.setattr(devices, "cpu_flags", lambda: EMULATED)
     assert cli.main(["convert", prefix, "0", "--out", prefix + "-bf16", "--dtype",
                      "bfloat16"]) == 0
     err = capsys.readouterr().err
@@ -96,7 +96,7 @@ def test_native_bfloat16_loads_without_a_warning(monkeypatch, tmp_path):
     net.export(prefix)
     symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16").save(
         prefix + "-bf16")
-    monkeypatch.setattr(state, "_cpu_flags", lambda: CORE | {"avx512_bf16"})
+    monkeypatch.setattr(devices, "cpu_flags", lambda: CORE | {"avx512_bf16"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         symbolic.load_bfloat16(prefix + "-bf16", 0)

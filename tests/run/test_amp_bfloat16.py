@@ -76,9 +76,9 @@ def test_a_script_calling_amp_init_itself_is_told_in_one_line(tmp_path, image_fo
 def test_amp_bfloat16_where_it_cannot_run_is_one_line_before_the_script(tmp_path, monkeypatch,
                                                                         capsys):
     from mxmixed import cli
-    from mxmixed._core import state
+    from mxmixed._core import devices
 
-    monkeypatch.setattr(state, "_cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2"})
     script = tmp_path / "s.py"
     script.write_text("open(%r, 'w').write('ran')\n" % str(tmp_path / "ran"))
     assert cli.main(["run", "--amp", "bfloat16", str(script)]) == 2

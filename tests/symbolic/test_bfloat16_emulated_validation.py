@@ -3,7 +3,7 @@
 There the converted graph runs under a bfloat16 emulation: float32 arithmetic, rounded to
 bfloat16 (``_mxmixed_round_bf16``, round to nearest even) wherever the bfloat16 graph holds a
 bfloat16 tensor. A CPU without AVX-512 is simulated by hiding the flags that
-``bfloat16_support`` reads (``state._cpu_flags``) and, in a subprocess, by capping oneDNN at
+``bfloat16_support`` reads (``devices.cpu_flags``) and, in a subprocess, by capping oneDNN at
 AVX2 with ``DNNL_MAX_CPU_ISA`` (MXNet 1.9.1's oneDNN honours it: a bfloat16 FullyConnected then
 fails with "could not create a primitive descriptor iterator"; ``MKLDNN_MAX_CPU_ISA`` is
 ignored). On this CPU, where bfloat16 runs natively, the emulated outputs are compared with
@@ -19,12 +19,12 @@ from mxnet import gluon
 
 from conftest import run_python
 from mxmixed import cli, symbolic
-from mxmixed._core import state
+from mxmixed._core import devices, state
 from mxmixed._core.dtypes import BFLOAT16, FLOAT32
 from mxmixed._core.graph import Graph, dtype_code
 from mxmixed.emulation import _round16
 from mxmixed.symbolic._bfloat16_emulation import bfloat16_entries, emulate_bfloat16
-from mxmixed.symbolic._inference import inference_graph, symbol_block
+from mxmixed.symbolic._inference import block_facts, inference_graph, symbol_block
 
 RUNS, WHY = state.bfloat16_support()
 needs_bfloat16 = pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
@@ -38,8 +38,8 @@ EMULATED_VS_NATIVE = 0.02
 @pytest.fixture
 def no_avx512(monkeypatch):
     """This CPU as one without AVX-512, as bfloat16_support() sees it."""
-    flags = state._cpu_flags() or set()
-    monkeypatch.setattr(state, "_cpu_flags",
+    flags = devices.cpu_flags() or set()
+    monkeypatch.setattr(devices, "cpu_flags",
                         lambda: flags - {"avx512f", "avx512bw", "avx512vl", "avx512dq"})
     assert not state.bfloat16_support()[0]
 
@@ -151,11 +151,11 @@ def _distance(a, b):
 def _native_and_emulated(fp32, x, monkeypatch):
     model = symbolic.convert(*fp32, target_dtype="bfloat16")  # BatchNorm folded by default
     native_block = symbol_block(model.symbol, model.arg_params, model.aux_params, mx.cpu())
-    assert native_block._mxmixed_bfloat16_emulated is None
+    assert block_facts(native_block).bfloat16_emulated is None
     native = native_block(mx.nd.array(x)).asnumpy()
     monkeypatch.setattr(state, "bfloat16_support", lambda: (False, "simulated"))
     block = symbol_block(model.symbol, model.arg_params, model.aux_params, mx.cpu())
-    assert block._mxmixed_bfloat16_emulated == "simulated"
+    assert block_facts(block).bfloat16_emulated == "simulated"
     emulated = block(mx.nd.array(x)).asnumpy()
     reference = symbol_block(*fp32, mx.cpu())(mx.nd.array(x)).asnumpy()
     return native, emulated, reference
@@ -228,10 +228,10 @@ def test_validate_under_the_emulation_with_onednn_capped_at_avx2(mlp):
     code = """
 import numpy as np, mxnet as mx
 from mxmixed import symbolic
-from mxmixed._core import state
+from mxmixed._core import devices
 from mxmixed._core.dtypes import BFLOAT16
-flags = state._cpu_flags() or set()
-state._cpu_flags = lambda: flags - {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+flags = devices.cpu_flags() or set()
+devices.cpu_flags = lambda: flags - {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
 w = mx.nd.amp_cast(mx.nd.ones((4, 8)), dtype=BFLOAT16)
 try:
     mx.nd.FullyConnected(w, w, no_bias=True, num_hidden=4).wait_to_read()

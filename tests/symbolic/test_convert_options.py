@@ -1,5 +1,7 @@
 """ConvertOptions: the one object of a conversion's options, shared by the functions and the CLI."""
 import dataclasses
+import importlib
+import inspect
 
 import mxnet as mx
 import numpy as np
@@ -91,3 +93,65 @@ def test_every_field_has_a_cli_flag_or_is_listed_as_not_offered():
         assert flag in offered, (field, flag)
     args = commands.choices["convert"].parse_args(["p", "0", "--out", "o"])
     assert cli_convert.convert_options(symbolic, args) == ConvertOptions()
+
+
+# The public functions that take the conversion options as keywords as well as options=, each
+# with the private module whose options_from turns them into a ConvertOptions.
+MIRRORS = {
+    "convert": "mxmixed.symbolic._conversion",
+    "search_fp32_layers": "mxmixed.symbolic._search",
+    "convert_hybrid_block": "mxmixed.symbolic._blocks",
+}
+# A value away from its default for each field; a new field needs one here.
+AWAY_FROM_DEFAULT = {
+    "target_dtype": "bfloat16", "exclude_layers": ("net_dense0_fwd",),
+    "exclude_ops": ("Activation",), "keep_io_types": False, "cast_optional_params": False,
+    "searched_layers": ("net_dense1_fwd",), "keep_detection_float32": False,
+    "fold_batchnorm": True,
+}
+
+
+class _Made(Exception):
+    pass
+
+
+@pytest.mark.parametrize("function", sorted(MIRRORS))
+def test_every_option_is_a_keyword_with_the_options_default(function):
+    parameters = inspect.signature(getattr(symbolic, function)).parameters
+    for field in dataclasses.fields(ConvertOptions):
+        assert field.name in parameters, "%s lacks the keyword %s" % (function, field.name)
+        assert parameters[field.name].default == field.default, (function, field.name)
+
+
+@pytest.mark.parametrize("function", sorted(MIRRORS))
+@pytest.mark.parametrize("field", sorted(AWAY_FROM_DEFAULT))
+def test_each_option_keyword_reaches_the_conversion_as_that_option(function, field, monkeypatch):
+    assert set(AWAY_FROM_DEFAULT) == {f.name for f in dataclasses.fields(ConvertOptions)}
+    module = importlib.import_module(MIRRORS[function])
+    real = module.options_from
+
+    def spy(options=None, **keywords):
+        raise _Made(real(options, **keywords))
+    monkeypatch.setattr(module, "options_from", spy)
+    sym, args, auxs = _model()
+    value = AWAY_FROM_DEFAULT[field]
+    call = {"convert": lambda: symbolic.convert(sym, args, auxs, **{field: value}),
+            "search_fp32_layers": lambda: symbolic.search_fp32_layers(
+                sym, args, auxs, np.ones((2, 8)), **{field: value}),
+            "convert_hybrid_block": lambda: symbolic.convert_hybrid_block(
+                gluon.nn.Dense(4), **{field: value})}[function]
+    with pytest.raises(_Made) as made:
+        call()
+    assert made.value.args[0] == ConvertOptions(**{field: value})
+
+
+def test_the_search_keeps_layers_searched_before_float32_in_its_result():
+    sym, args, auxs = _model()
+    args["net_dense1_weight"] = args["net_dense1_weight"] * 1e6  # its output overflows float16
+    kept, found = "net_dense0_fwd", "net_dense1_fwd"
+    result = symbolic.search_fp32_layers(sym, args, auxs, np.ones((4, 8), dtype=np.float32),
+                                         progress=False, searched_layers=[kept])
+    assert result.layers == [found]
+    assert result.model.report.options.searched_layers == (kept, found)
+    reasons = {name: reason for name, _, reason in result.model.report.fp32_layers}
+    assert reasons[kept] == reasons[found] == "search"

@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from conftest import run_python
-from mxmixed._core import state
+from mxmixed._core import devices, state
 from mxmixed.scaler import LossScaler
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
@@ -86,7 +86,7 @@ def test_scope_disabled_changes_nothing():
 
 
 def test_init_refuses_bfloat16_on_a_cpu_without_avx512(monkeypatch):
-    monkeypatch.setattr(state, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f"})
     with pytest.raises(RuntimeError, match="AVX-512 F/BW/VL/DQ.*lacks avx512bw, avx512vl, "
                                            "avx512dq"):
         mxmixed.init(target_dtype="bfloat16")
@@ -96,7 +96,7 @@ def test_init_refuses_bfloat16_on_a_cpu_without_avx512(monkeypatch):
 def test_bfloat16_needs_avx512_core_not_avx512_bf16(monkeypatch):
     # measured on MXNet 1.9.1 with oneDNN capped by DNNL_MAX_CPU_ISA: bfloat16 AMP runs at
     # AVX512_CORE (no AVX512-BF16) and fails at AVX2
-    monkeypatch.setattr(state, "_cpu_flags",
+    monkeypatch.setattr(devices, "cpu_flags",
                         lambda: {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
     assert state.bfloat16_support() == (True, "")
 
