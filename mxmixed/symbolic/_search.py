@@ -15,7 +15,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
-from .._core.graph import Graph
+from .._core.graph import as_graph
 from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
@@ -238,7 +238,7 @@ class _Evaluator:
         self.reference, self.stats32, self.acts32 = probe_layers(
             sym, arg_params, aux_params, self.names, batches, ctx, progress,
             "search: float32 run", keep=True, input_types=self.types)
-        self.graph32 = Graph(inference_graph(sym))
+        self.graph32 = as_graph(inference_graph(sym))
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:
