@@ -443,7 +443,15 @@ def load_graph(graph):
     mxnet.symbol.Symbol
     """
     graph = graph.json if isinstance(graph, Graph) else graph
-    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"},
+                                       default=_plain))
+
+
+def _plain(value):
+    """A read-only mapping (a :class:`Node`'s ``attrs``) as JSON sees it: a dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError("%s is not JSON serializable" % type(value).__name__)
 
 
 class Rebuild:
