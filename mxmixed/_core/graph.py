@@ -12,8 +12,10 @@ A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=Fa
 shapes, the Symbol) computed when first asked for and kept. Its nodes are read-only
 :class:`Node` records (``node.op``, ``node.name``, ``node.attrs``, ``node.inputs``); a changed
 graph is a new Graph (:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`),
-so nothing derived can go stale. This module is the only one that reads the JSON dict's keys.
-An *entry* is a ``(node, output)`` pair.
+so nothing derived can go stale. This module is the only one that reads the JSON dict; the
+others read nodes through :class:`Node` (its mapping form, ``node["op"]``, is left in the
+conversion core's settling pass, the BatchNorm folding and ``mxmixed run``) and build new ones
+as :class:`Record` dicts. An *entry* is a ``(node, output)`` pair.
 
 A Graph and its Symbol travel together: :meth:`Graph.to_symbol` gives a Symbol that knows its
 Graph, and :func:`as_graph` of that Symbol gives the same Graph back without MXNet writing the
