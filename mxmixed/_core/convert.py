@@ -88,7 +88,7 @@ def amp_forced(sym, excluded=()):
     -------
     set of str
     """
-    nodes = Graph(sym).nodes
+    nodes = as_graph(sym).nodes
     return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in DETECTION_OPS}
 
 
@@ -286,7 +286,7 @@ def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, 
 
     Returns the pass's result and the nodes kept float32 that way (in the order met).
     """
-    layers = {n["name"] for n in Graph(sym).nodes if n["op"] != "null"}
+    layers = {n["name"] for n in as_graph(sym).nodes if n["op"] != "null"}
     refused = []
     while True:
         try:
@@ -303,13 +303,15 @@ def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, 
 
 
 def _op_of(sym, name):
-    ops = [n["op"] for n in Graph(sym).nodes if n["name"] == name]
+    ops = [n["op"] for n in as_graph(sym).nodes if n["name"] == name]
     return ops[0] if ops else "?"
 
 
 def _types_check(sym, known):
-    graph = Graph(sym)
+    """The Graph of ``sym``, once MXNet's type inference accepts it for ``known``."""
+    graph = as_graph(sym)
     graph.entry_dtypes(graph.consumed_entries(), known)
+    return graph
 
 
 def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
@@ -358,13 +360,12 @@ def convert_graph(sym, data_names, forced=(), target="float16", arg_params=None,
         known = dict(float32_params if params is None else {}, **data_types)
         known.update({n: np.dtype(v.dtype) for n, v in
                       list(new_args.items()) + list(new_auxs.items())})
-        _types_check(new_sym, known)
-        return AmpGraph(new_sym, new_args, new_auxs)
+        return AmpGraph(_types_check(new_sym, known).to_symbol(), new_args, new_auxs)
     except (AssertionError, ValueError, mx.base.MXNetError, GraphTypeError) as err:
         first = err.reason if isinstance(err, GraphTypeError) else errors.one_line(err)
     (new_sym, new_args, new_auxs), refused = _amp_pass_settled(
         sym, target, [], data_names, params, cast_optional_params, op_lists)
-    graph = Graph(new_sym)
+    graph = as_graph(new_sym)
     if params is None:
         param_types = float32_params
     else:

@@ -9,12 +9,25 @@ back into a Symbol one way (:func:`load_graph`), rewritten with one bookkeeping
 A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=False)``
 (``nodes``, each with ``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``;
 ``arg_nodes``; ``heads``), parsed once, with what is derived from it (readers, dtypes,
-shapes, the Symbol) computed when first asked for and kept. This module is the only one that
-reads the dict's keys. An *entry* is a ``(node, output)`` pair.
+shapes, the Symbol) computed when first asked for and kept. Its nodes are read-only
+:class:`Node` records (``node.op``, ``node.name``, ``node.attrs``, ``node.inputs``); a changed
+graph is a new Graph (:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`),
+so nothing derived can go stale. This module is the only one that reads the JSON dict; the
+others read nodes through :class:`Node` (its mapping form, ``node["op"]``, is left in the
+conversion core's settling pass, the BatchNorm folding and ``mxmixed run``) and build new ones
+as :class:`Record` dicts. An *entry* is a ``(node, output)`` pair.
+
+A Graph and its Symbol travel together: :meth:`Graph.to_symbol` gives a Symbol that knows its
+Graph, and :func:`as_graph` of that Symbol gives the same Graph back without MXNet writing the
+graph to JSON again. Dtypes are inferred on the Symbol's internal outputs, so asking for the
+dtype of any entry reads no JSON either.
 """
 import contextlib
+import ctypes
 import io
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import numpy as np
 
@@ -24,10 +37,9 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 from .dtypes import BFLOAT16, FLOAT32, dtype_name
 from .errors import one_line
 
-__all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json", "load_graph",
+__all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_graph", "load_graph",
            "Rebuild",
            "inline_nodes",
-           "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
            "cast_node", "pin_variable_dtypes", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
@@ -94,18 +106,123 @@ class GraphShapeError(ValueError):
         self.error = error
 
 
+_EMPTY = MappingProxyType({})
+
+
+class Node(Mapping):
+    """One node of a :class:`Graph`, read-only: ``op``, ``name``, ``attrs``, ``inputs``.
+
+    Also a read-only mapping of its record (``node["op"]``, ``dict(node, inputs=...)`` for a
+    changed copy to hand to :class:`Rebuild`). ``inputs`` holds ``(node, output, version)``
+    tuples; ``attrs`` is a read-only mapping (empty when the node has none).
+    """
+
+    __slots__ = ("_raw", "_inputs")
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._inputs = None
+
+    @property
+    def op(self):
+        """str: the operator, ``'null'`` for a variable."""
+        return self._raw["op"]
+
+    @property
+    def name(self):
+        """str"""
+        return self._raw["name"]
+
+    @property
+    def attrs(self):
+        """Mapping of str to str: the attributes (read-only)."""
+        attrs = self._raw.get("attrs")
+        return _EMPTY if attrs is None else MappingProxyType(attrs)
+
+    @property
+    def inputs(self):
+        """tuple of (int, int, int): the entries read, ``(node, output, version)``."""
+        if self._inputs is None:
+            self._inputs = tuple(tuple(e) for e in self._raw["inputs"])
+        return self._inputs
+
+    @property
+    def is_variable(self):
+        """bool: a graph input (``op == 'null'``)."""
+        return self._raw["op"] == "null"
+
+    def __getitem__(self, key):
+        if key == "attrs":
+            if "attrs" not in self._raw:
+                raise KeyError(key)
+            return self.attrs
+        if key == "inputs":
+            return self.inputs
+        return self._raw[key]
+
+    def __iter__(self):
+        return iter(self._raw)
+
+    def __len__(self):
+        return len(self._raw)
+
+    def __repr__(self):
+        return "Node(%r)" % (self._raw,)
+
+
+class Record(dict):
+    """A node being built for a :class:`Rebuild` (a dict, changed as such), read as a
+    :class:`Node` is: ``op``, ``name``, ``attrs``, ``inputs``."""
+
+    op = property(lambda self: self["op"], doc="str")
+    name = property(lambda self: self["name"], doc="str")
+    attrs = property(lambda self: self.get("attrs") or {}, doc="dict of str to str")
+    inputs = property(lambda self: self["inputs"], doc="list of entries")
+    is_variable = property(lambda self: self["op"] == "null", doc="bool")
+
+
+def _record(node):
+    """A node record for a graph's JSON: a :class:`Node`'s own, or a dict made JSON-ready (a
+    read-only mapping, such as a Node's ``attrs``, copied into a dict)."""
+    if isinstance(node, Node):
+        return node._raw
+    if any(isinstance(v, Mapping) and not isinstance(v, dict) for v in node.values()):
+        node = {k: dict(v) if isinstance(v, Mapping) and not isinstance(v, dict) else v
+                for k, v in node.items()}
+    return node
+
+
+class GraphSymbol(mx.sym.Symbol):
+    """A Symbol made from a :class:`Graph`, which :func:`as_graph` gives back unparsed."""
+
+    __slots__ = ("_graph",)
+
+    def __repr__(self):
+        return super().__repr__().replace("<GraphSymbol", "<Symbol", 1)
+
+
+def _linked(handle_of, graph):
+    """A :class:`GraphSymbol` on a new handle to the Symbol ``handle_of`` (no JSON)."""
+    handle = mx.base.SymbolHandle()
+    mx.base.check_call(mx.base._LIB.MXShallowCopySymbol(handle_of.handle, ctypes.byref(handle)))
+    sym = GraphSymbol(handle)
+    sym._graph = graph
+    return sym
+
+
 class Graph:
     """A Symbol's graph, parsed once: its nodes, heads and inputs, and what is derived from them.
 
-    The readers of each node, the dtypes and shapes MXNet infers (kept per set of known
-    inputs) and the Symbol are computed when first asked for and kept. A caller that edits
-    the nodes in place calls :meth:`changed` so that they are computed again.
+    The readers of each node, the dtypes MXNet infers (kept per set of known inputs) and the
+    Symbol are computed when first asked for and kept. The nodes are read-only
+    (:class:`Node`): a changed graph is a new one.
 
     Parameters
     ----------
     data : dict or str or mxnet.symbol.Symbol
-        The dict (not copied) or JSON text of ``sym.tojson(remove_amp_cast=False)``, or the
-        Symbol itself.
+        The dict (not copied; not to be changed afterwards) or JSON text of
+        ``sym.tojson(remove_amp_cast=False)``, or the Symbol itself (:func:`as_graph` gives a
+        Symbol's Graph without parsing it again where it has one).
     """
 
     def __init__(self, data):
@@ -113,36 +230,37 @@ class Graph:
         if symbol is not None:
             data = symbol.tojson(remove_amp_cast=False)
         self.json = json.loads(data) if isinstance(data, (str, bytes)) else data
-        self.changed()
-        self._symbol = symbol
-
-    def changed(self):
-        """Forget what was derived from the nodes (after editing them in place)."""
+        self._nodes = None
         self._readers = None
         self._consumers = None
         self._index = None
-        self._symbol = None
         self._dtypes = {}
+        self._symbol = symbol
+        self._typing = None
+        self._base = self  # the graph whose Symbol's internal outputs type this one
+        self.passes = set()  # graph passes that leave this graph as it is (emulation)
 
     @property
     def nodes(self):
-        """list of dict: the nodes in order (``op``, ``name``, ``attrs``, ``inputs``)."""
-        return self.json["nodes"]
+        """tuple of Node: the nodes in order."""
+        if self._nodes is None:
+            self._nodes = tuple(Node(raw) for raw in self.json["nodes"])
+        return self._nodes
 
     @property
     def heads(self):
-        """list of list: the outputs, as entries ``[node, output, version]``."""
-        return self.json["heads"]
+        """list of list: the outputs, as entries ``[node, output, version]`` (a copy)."""
+        return [list(head) for head in self.json["heads"]]
 
     @property
     def arg_nodes(self):
-        """list of int: the indices of the variable nodes."""
-        return self.json["arg_nodes"]
+        """list of int: the indices of the variable nodes (a copy)."""
+        return list(self.json["arg_nodes"])
 
     def index(self, name):
         """The index of the node called ``name`` (the last one, if several share it)."""
         if self._index is None:
-            self._index = {node["name"]: i for i, node in enumerate(self.nodes)}
+            self._index = {node.name: i for i, node in enumerate(self.nodes)}
         return self._index[name]
 
     def readers(self, entry):
@@ -161,7 +279,7 @@ class Graph:
         if self._readers is None:
             readers = {}
             for j, reader in enumerate(self.nodes):
-                for src, out, _ in reader["inputs"]:
+                for src, out, _ in reader.inputs:
                     readers.setdefault((src, out), []).append(j)
             self._readers = readers
         return list(self._readers.get((entry[0], entry[1]), ()))
@@ -180,27 +298,100 @@ class Graph:
         if self._consumers is None:
             consumers = {}
             for j, reader in enumerate(self.nodes):
-                for src, _, _ in reader["inputs"]:
+                for src, _, _ in reader.inputs:
                     consumers.setdefault(src, set()).add(j)
             self._consumers = {src: sorted(js) for src, js in consumers.items()}
         return list(self._consumers.get(node, ()))
 
     def consumed_entries(self):
         """Every entry read by a node or returned as a head, sorted (list of (int, int))."""
-        return sorted({(src, out) for node in self.nodes for src, out, _ in node["inputs"]}
-                      | {(src, out) for src, out, _ in self.heads})
+        return sorted({(src, out) for node in self.nodes for src, out, _ in node.inputs}
+                      | {(src, out) for src, out, _ in self.json["heads"]})
 
     def with_heads(self, entries):
-        """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs)."""
-        return Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
+        """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs); its
+        Symbol is made of this graph's Symbol, not from JSON."""
+        graph = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
+        graph._nodes = self.nodes
+        graph._base = self._base
+        return graph
+
+    def with_attrs(self, changes):
+        """A new Graph with some nodes' attributes changed.
+
+        Parameters
+        ----------
+        changes : dict of int to dict
+            For each node index, the attributes to set; a value of None removes the attribute.
+
+        Returns
+        -------
+        Graph
+            This graph when ``changes`` changes nothing.
+        """
+        records = {}
+        for i, attrs in changes.items():
+            raw = self.json["nodes"][i]
+            new = dict(raw.get("attrs") or {})
+            for key, value in attrs.items():
+                if value is None:
+                    new.pop(key, None)
+                else:
+                    new[key] = value
+            if new != (raw.get("attrs") or {}):
+                records[i] = dict(raw, attrs=new)
+        return self.with_nodes(records) if records else self
+
+    def with_nodes(self, records):
+        """A new Graph with the nodes at some indices replaced (``{index: record}``, a dict
+        with ``op``, ``name``, ``attrs``, ``inputs`` in this graph's indices)."""
+        nodes = list(self.json["nodes"])
+        for i, record in records.items():
+            nodes[i] = _record(record)
+        return Graph(dict(self.json, nodes=nodes))
 
     def entry_dtypes(self, entries, known):
         """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known``."""
         key = (tuple(entries), tuple(sorted((n, _np(t)) for n, t in known.items())))
         if key not in self._dtypes:
-            self._dtypes[key] = entry_dtypes(self, entries, known)
+            self._dtypes[key] = self._infer_entries(list(entries), known)
         types, variables = self._dtypes[key]
         return dict(types), dict(variables)
+
+    def _infer_entries(self, entries, known):
+        typing = self._base._internal_outputs()
+        if typing is None or any((e[0], e[1]) not in typing[1] for e in entries):
+            probe = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
+            arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
+            types = dict(zip(entries, out_types))
+        else:
+            internals, where = typing
+            arg_types, out_types, aux_types = infer_types(internals, known)
+            types = {(e[0], e[1]): out_types[where[(e[0], e[1])]] for e in entries}
+        variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
+                     if t is not None}
+        return types, variables
+
+    def _internal_outputs(self):
+        """``(internals, {entry: position})`` of this graph's Symbol, or None where node names
+        repeat (an internal output is known by its node's name)."""
+        if self._typing is None:
+            names = [node.name for node in self.nodes]
+            if len(set(names)) != len(names):
+                self._typing = (None,)
+            else:
+                internals = self.to_symbol().get_internals()
+                index = {name: i for i, name in enumerate(names)}
+                where, seen = {}, {}
+                for k in range(len(internals.list_outputs())):
+                    node = index.get(internals[k].name)
+                    if node is None:
+                        self._typing = (None,)
+                        return None
+                    out = seen[node] = seen.get(node, -1) + 1
+                    where[(node, out)] = k
+                self._typing = (internals, where)
+        return None if self._typing[0] is None else self._typing
 
     def infer_shapes(self, shapes, partial=False):
         """:func:`infer_shapes` of this graph's Symbol."""
@@ -211,30 +402,35 @@ class Graph:
         return Rebuild(self)
 
     def to_symbol(self):
-        """The graph as a Symbol (:func:`load_graph`), made once (the Symbol it was read from,
-        if it was read from one and not changed since)."""
-        if self._symbol is None:
-            self._symbol = load_graph(self)
+        """The graph as a Symbol that knows this Graph (:func:`as_graph`), made once: from the
+        Symbol it was read from, if any (no JSON), else with :func:`load_graph`."""
+        if not isinstance(self._symbol, GraphSymbol):
+            if self._symbol is None and self._base is not self:
+                self._symbol = self._from_base()
+            if self._symbol is None:
+                self._symbol = load_graph(self)
+            self._symbol = _linked(self._symbol, self)
         return self._symbol
+
+    def _from_base(self):
+        """This graph's Symbol made of its base's internal outputs, or None (no JSON)."""
+        typing = self._base._internal_outputs()
+        heads = [(src, out) for src, out, _ in self.json["heads"]]
+        if typing is None or any(head not in typing[1] for head in heads):
+            return None
+        internals, where = typing
+        outputs = [internals[where[head]] for head in heads]
+        return outputs[0] if len(outputs) == 1 else mx.sym.Group(outputs)
 
 
 def as_graph(graph):
-    """A :class:`Graph` from a Graph, a graph dict or a Symbol."""
-    return graph if isinstance(graph, Graph) else Graph(graph)
-
-
-def graph_json(sym):
-    """The graph of a Symbol as a dict, every cast kept.
-
-    Parameters
-    ----------
-    sym : mxnet.symbol.Symbol
-
-    Returns
-    -------
-    dict
-    """
-    return json.loads(sym.tojson(remove_amp_cast=False))
+    """The :class:`Graph` of a Graph, a graph dict or a Symbol: a Symbol made by
+    :meth:`Graph.to_symbol` gives its Graph back; another Symbol is written to JSON once."""
+    if isinstance(graph, Graph):
+        return graph
+    if isinstance(graph, GraphSymbol) and getattr(graph, "_graph", None) is not None:
+        return graph._graph
+    return Graph(graph)
 
 
 def load_graph(graph):
@@ -249,7 +445,15 @@ def load_graph(graph):
     mxnet.symbol.Symbol
     """
     graph = graph.json if isinstance(graph, Graph) else graph
-    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"},
+                                       default=_plain))
+
+
+def _plain(value):
+    """A read-only mapping (a :class:`Node`'s ``attrs``) as JSON sees it: a dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError("%s is not JSON serializable" % type(value).__name__)
 
 
 class Rebuild:
@@ -292,12 +496,16 @@ class Rebuild:
         return [src, out, entry[2] if len(entry) > 2 else 0]
 
     def mapped(self, node):
-        """A copy of old ``node`` whose inputs are the new entries."""
-        return dict(node, inputs=[self.entry(e) for e in node["inputs"]])
+        """A copy of old ``node`` (a :class:`Node` or dict) whose inputs are the new entries:
+        a :class:`Record`, with the attributes copied, to change before :meth:`add`."""
+        record = Record(node, inputs=[self.entry(e) for e in node["inputs"]])
+        if "attrs" in record:
+            record["attrs"] = dict(record["attrs"])
+        return record
 
     def add(self, *nodes):
         """Append nodes (inputs in new indices); the index of the last one."""
-        self.nodes.extend(nodes)
+        self.nodes.extend(_record(node) for node in nodes)
         return len(self.nodes) - 1
 
     def place(self, old_id, new_id):
@@ -332,36 +540,23 @@ def inline_nodes(sub, inputs, first_id):
 
     Returns
     -------
-    list of dict
+    list of Record
         The op nodes of ``sub`` in order, reading graph entries; the last gives its output.
         The casts that AMP's wrappers of ``mx.sym`` put into a subgraph built after
         ``amp.init`` are left out: the subgraph computes as it was written.
     """
     graph = Graph(sub.tojson(remove_amp_cast=True))
-    outer = {j: inputs[n["name"]][:2] for j, n in enumerate(graph.nodes) if n["op"] == "null"}
+    outer = {j: inputs[n.name][:2] for j, n in enumerate(graph.nodes) if n.is_variable}
     nodes, index = [], {}
     for j, node in enumerate(graph.nodes):
         if j in outer:
             continue
-        node = dict(node, inputs=[list(outer[src]) + [0] if src in outer else [index[src], out, 0]
-                                  for src, out, _ in node["inputs"]])
+        node = Record(_record(dict(node, inputs=[
+            list(outer[src]) + [0] if src in outer else [index[src], out, 0]
+            for src, out, _ in node.inputs])))
         index[j] = first_id + len(nodes)
         nodes.append(node)
     return nodes
-
-
-def consumed_entries(graph):
-    """Every entry read by a node or returned as a head, sorted (:meth:`Graph.consumed_entries`).
-
-    Parameters
-    ----------
-    graph : Graph or dict
-
-    Returns
-    -------
-    list of (int, int)
-    """
-    return as_graph(graph).consumed_entries()
 
 
 def _np(dtype):
@@ -405,7 +600,7 @@ def entry_dtypes(graph, entries, known):
     ----------
     graph : Graph or dict
     entries : list of (int, int)
-        The entries to type, e.g. :func:`consumed_entries`.
+        The entries to type, e.g. :meth:`Graph.consumed_entries`.
     known : dict of str to dtype
         Input dtypes.
 
@@ -419,11 +614,7 @@ def entry_dtypes(graph, entries, known):
     GraphTypeError
         When MXNet's type inference rejects the graph.
     """
-    probe = as_graph(graph).with_heads(entries)
-    arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
-    variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
-                 if t is not None}
-    return dict(zip(entries, out_types)), variables
+    return as_graph(graph).entry_dtypes(entries, known)
 
 
 def infer_shapes(sym, shapes, partial=False):
@@ -461,7 +652,7 @@ def infer_shapes(sym, shapes, partial=False):
 
 def var_dtype(node, default=FLOAT32):
     """The dtype a variable node declares with ``__dtype__``, or ``default``."""
-    code = node.get("attrs", {}).get("__dtype__")
+    code = node.get("attrs", {}).get("__dtype__")  # a Node or a record being built
     if code is None or code == "-1":
         return default
     return np.dtype(_DTYPE_MX_TO_NP[int(code)])
@@ -475,8 +666,8 @@ def dtype_code(dtype):
 
 def cast_node(name, dtype, entry):
     """An ``amp_cast`` node dict reading ``entry`` (``[node, output, ...]``)."""
-    return {"op": "amp_cast", "name": name, "attrs": {"dtype": dtype_name(dtype)},
-            "inputs": [[entry[0], entry[1], 0]]}
+    return Record(op="amp_cast", name=name, attrs={"dtype": dtype_name(dtype)},
+                  inputs=[[entry[0], entry[1], 0]])
 
 
 def pin_variable_dtypes(graph, variables, given=None):
@@ -488,19 +679,23 @@ def pin_variable_dtypes(graph, variables, given=None):
     Parameters
     ----------
     graph : Graph or dict
-        Changed in place.
     variables : dict of str to dtype
     given : dict of str to dtype, optional
         The dtypes of the arrays a run binds. They replace a declared ``__dtype__``, which can
         be stale: a ``SymbolBlock`` cast to float16 keeps its symbol's float32 declarations.
+
+    Returns
+    -------
+    Graph
+        A new graph (the same one when nothing changes).
     """
     given = given or {}
     graph = as_graph(graph)
-    for node in graph.nodes:
-        if node["op"] == "null" and node["name"] in variables:
-            attrs = node.setdefault("attrs", {})
-            if node["name"] in given:
-                attrs["__dtype__"] = dtype_code(given[node["name"]])
-            else:
-                attrs.setdefault("__dtype__", dtype_code(variables[node["name"]]))
-    graph.changed()
+    changes = {}
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable and node.name in variables:
+            if node.name in given:
+                changes[i] = {"__dtype__": dtype_code(given[node.name])}
+            elif "__dtype__" not in node.attrs:
+                changes[i] = {"__dtype__": dtype_code(variables[node.name])}
+    return graph.with_attrs(changes)

@@ -220,10 +220,10 @@ def _check_convert_files(args, symbolic):
 
 def _check_excluded_layers(args, sym):
     """An --exclude name the graph lacks, in one line that says where layer names are."""
-    from .._core.graph import Graph
+    from .._core.graph import as_graph
 
-    nodes = Graph(sym).nodes
-    layers = [(n["name"], n["op"]) for n in nodes if n["op"] != "null"]
+    nodes = as_graph(sym).nodes
+    layers = [(n.name, n.op) for n in nodes if not n.is_variable]
     names = [name for name, _ in layers]
     for name in args.exclude:
         if name in names:

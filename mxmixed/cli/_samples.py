@@ -54,7 +54,7 @@ def convert_samples(args, symbolic, sym, arg_params, aux_params):
         raise CLIError("the graph has no data input: every input is a parameter")
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if not (wants_samples or args.format == "onnx"):
-        return None, None, {}
+        return None, None, _declared_types(args)
     if args.input_specs or (args.inputs and _is_npz(args.inputs)):
         samples, shapes = _named_samples(args, symbolic, sym, arg_params, aux_params,
                                          args.validate or 8, strict=args.validate > 0)
@@ -70,6 +70,20 @@ def convert_samples(args, symbolic, sym, arg_params, aux_params):
     if not wants_samples:
         return None, shape, {}
     return _samples(args, shape, mapped, count, strict=args.validate > 0), shape, {}
+
+
+def _declared_types(args):
+    """The dtypes of the integer inputs that --input or --inputs FILE.npz declare, read without
+    drawing or reading a sample (the report of a conversion without samples names them)."""
+    import numpy as np
+
+    if args.input_specs:
+        return {name: np.dtype(kind) for name, _, kind, _ in args.input_specs
+                if kind.startswith("int")}
+    if args.inputs and _is_npz(args.inputs):  # integers are passed as int32 (_npz_arrays)
+        return {name: np.dtype(np.int32) for name, (_, _, kind, _)
+                in _npz_members(args.inputs).items() if kind.kind in "iub"}
+    return {}
 
 
 def _check_named_memory(inference, shapes, count, batch_size):

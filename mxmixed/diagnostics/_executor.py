@@ -19,7 +19,7 @@ from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.devices import is_cpu
 from .._core.errors import one_line
-from .._core.graph import LOSS_OUTPUT_OPS, Graph
+from .._core.graph import LOSS_OUTPUT_OPS, as_graph
 from ._tracing import infer_shapes
 
 
@@ -47,15 +47,12 @@ def with_loss_scale(sym, scale):
     -------
     mxnet.symbol.Symbol
     """
-    graph = Graph(sym)
-    if scale == 1.0 or not any(n["op"] in LOSS_OUTPUT_OPS for n in graph.nodes):
+    graph = as_graph(sym)
+    if scale == 1.0 or not any(n.op in LOSS_OUTPUT_OPS for n in graph.nodes):
         return sym
-    for node in graph.nodes:
-        if node["op"] in LOSS_OUTPUT_OPS:
-            attrs = node.setdefault("attrs", {})
-            attrs["grad_scale"] = repr(float(attrs.get("grad_scale", 1.0)) * scale)
-    graph.changed()
-    return graph.to_symbol()
+    return graph.with_attrs({
+        i: {"grad_scale": repr(float(node.attrs.get("grad_scale", 1.0)) * scale)}
+        for i, node in enumerate(graph.nodes) if node.op in LOSS_OUTPUT_OPS}).to_symbol()
 
 
 class Run:
@@ -100,7 +97,7 @@ class Run:
         if is_cpu(ctx):
             sym = emulate_symbol(sym, types, carry=False)  # every float16 tensor watched
         self.sym = sym
-        self.graph = Graph(sym)
+        self.graph = as_graph(sym)
         self.args = args
         try:
             with emulation.emulated() if is_cpu(ctx) else contextlib.nullcontext(), \
@@ -172,16 +169,16 @@ class Namer:
 
     def __init__(self, graph, arg_shapes, grad_names=()):
         self.nodes = graph.nodes
-        self.index = {node["name"]: i for i, node in enumerate(self.nodes)}
+        self.index = {node.name: i for i, node in enumerate(self.nodes)}
         self.shapes = {self.index[n]: [tuple(s)] for n, s in arg_shapes.items()
                        if n in self.index}
         grad_names = set(grad_names)
         self._needs_grad = set()
         for i, node in enumerate(self.nodes):  # nodes come in topological order
-            if node["op"] == "null":
-                if node["name"] in grad_names:
+            if node.op == "null":
+                if node.name in grad_names:
                     self._needs_grad.add(i)
-            elif any(src in self._needs_grad for src, _, _ in node["inputs"]):
+            elif any(src in self._needs_grad for src, _, _ in node.inputs):
                 self._needs_grad.add(i)
 
     def computed(self, source):
@@ -223,7 +220,7 @@ class Namer:
         if digits is None:
             return i, None, None
         k = int(digits) if digits else 0
-        inputs = self.nodes[i]["inputs"]
+        inputs = self.nodes[i].inputs
         if k >= len(inputs):
             return i, None, None
         src, out, _ = inputs[k]

@@ -14,7 +14,7 @@ from mxnet import gluon
 from .. import emulation
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
-from .._core.graph import Graph, GraphShapeError, GraphTypeError, infer_types
+from .._core.graph import GraphShapeError, GraphTypeError, as_graph, infer_types
 from .._core.graph import infer_shapes as infer_graph_shapes
 from .._core.params import is_param_name
 
@@ -155,11 +155,11 @@ def strip_amp_casts(sym):
 
 def has_float16(sym, arg_dtypes=None):
     """Whether a graph computes in float16: a float16 cast or a float16 input."""
-    for node in Graph(sym).nodes:
-        attrs = node.get("attrs", {})
-        if node["op"] in ("amp_cast", "Cast", "cast") and attrs.get("dtype") == "float16":
+    for node in as_graph(sym).nodes:
+        attrs = node.attrs
+        if node.op in ("amp_cast", "Cast", "cast") and attrs.get("dtype") == "float16":
             return True
-        if node["op"] == "amp_multicast":
+        if node.op == "amp_multicast":
             return True
     return any(np.dtype(t) == FLOAT16 for t in (arg_dtypes or {}).values())
 
@@ -234,9 +234,9 @@ class GraphInfo:
 
     def __init__(self, sym, shapes, dtypes=None):
         self.sym = sym
-        self.graph = Graph(sym)
+        self.graph = as_graph(sym)
         self.nodes = self.graph.nodes
-        self.index = {node["name"]: i for i, node in enumerate(self.nodes)}
+        self.index = {node.name: i for i, node in enumerate(self.nodes)}
         internals = sym.get_internals()
         n_out = len(internals.list_outputs())
         owners = [internals[j].name for j in range(n_out)]
@@ -252,33 +252,33 @@ class GraphInfo:
 
     def output(self, node_index, k=0):
         """(shape, dtype) of output ``k`` of a node (a variable's own shape and dtype)."""
-        return self._outputs[self.nodes[node_index]["name"]][k]
+        return self._outputs[self.nodes[node_index].name][k]
 
     def outputs(self, node_index):
         """All visible (shape, dtype) outputs of a node."""
-        return self._outputs[self.nodes[node_index]["name"]]
+        return self._outputs[self.nodes[node_index].name]
 
     def input(self, node_index, k):
         """(shape, dtype) of input ``k`` of a node."""
-        src, out, _ = self.nodes[node_index]["inputs"][k]
+        src, out, _ = self.nodes[node_index].inputs[k]
         return self.output(src, out)
 
     def op_nodes(self, ops=None):
         """Indices of the op nodes (of the given op types), in graph order."""
         return [i for i, node in enumerate(self.nodes)
-                if node["op"] != "null" and (ops is None or node["op"] in ops)]
+                if node.op != "null" and (ops is None or node.op in ops)]
 
     def consumers(self, node_index):
         """Indices of the nodes that read any output of a node."""
         return self.graph.consumers(node_index)
 
     def attrs(self, node_index):
-        return self.nodes[node_index].get("attrs", {})
+        return self.nodes[node_index].attrs
 
 
 def is_cast(node):
     """Whether a node is a dtype cast (AMP's or the emulation's)."""
-    return node["op"] in ("amp_cast", "amp_multicast", "Cast", "cast")
+    return node.op in ("amp_cast", "amp_multicast", "Cast", "cast")
 
 
 

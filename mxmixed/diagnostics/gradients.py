@@ -106,10 +106,10 @@ def _activation_watch(namer, graph, found):
 
     def watch(phase, name, array):
         _, _, source = namer.backward_source(name, array.shape)
-        if source is None or nodes[source[0]]["op"] == "null" or not namer.computed(source):
+        if source is None or nodes[source[0]].is_variable or not namer.computed(source):
             return
         src, out = source
-        key = nodes[src]["name"] + ("" if out == 0 else "[%d]" % out) + ACTIVATION_MARK
+        key = nodes[src].name + ("" if out == 0 else "[%d]" % out) + ACTIVATION_MARK
         if key in found:
             n = 2
             while "%s#%d" % (key, n) in found:

@@ -34,7 +34,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._core.convert import amp_forced, convert_graph, settle
-from .._core.graph import Graph
+from .._core.graph import as_graph
 from .._core.state import amp_initialized
 from ..training import amp_scope
 from ._tracing import (GraphInfo, InputShape, check_block, data_inputs, is_cast,
@@ -176,28 +176,19 @@ class MemoryReport:
 
 def _untyped(sym):
     """The graph without ``__dtype__`` hints on its variables, so each config sets them."""
-    graph = Graph(sym)
-    for node in graph.nodes:
-        if node["op"] == "null":
-            node.get("attrs", {}).pop("__dtype__", None)
-    graph.changed()
-    return graph.to_symbol()
+    graph = as_graph(sym)
+    return graph.with_attrs({i: {"__dtype__": None} for i, node in enumerate(graph.nodes)
+                             if node.is_variable}).to_symbol()
 
 
 def _float16_graph(sym):
     """The graph as ``cast('float16')`` builds it: constant-creating ops (an RNN's zero begin
     state) make float16 tensors."""
-    graph = Graph(sym)
-    changed = False
-    for node in graph.nodes:
-        attrs = node.get("attrs", {})
-        if node["op"] in ("_zeros", "_ones", "_full", "_arange", "_eye") and \
-                attrs.get("dtype", "float32") == "float32":
-            attrs["dtype"] = "float16"
-            node["attrs"] = attrs
-            changed = True
-    graph.changed()
-    return graph.to_symbol() if changed else sym
+    graph = as_graph(sym)
+    changes = {i: {"dtype": "float16"} for i, node in enumerate(graph.nodes)
+               if node.op in ("_zeros", "_ones", "_full", "_arange", "_eye")
+               and node.attrs.get("dtype", "float32") == "float32"}
+    return graph.with_attrs(changes).to_symbol() if changes else sym
 
 
 def _graphs(net):
@@ -295,8 +286,8 @@ def _param_rows(plain, base, inputs, trainable):
     """``(name, elements, trainable, read by BatchNorm, auxiliary)`` of every param and aux."""
     bn_inputs = set()
     for i in base.op_nodes(_BN_OPS):
-        for src, _, _ in base.nodes[i]["inputs"][1:]:
-            bn_inputs.add(base.nodes[src]["name"])
+        for src, _, _ in base.nodes[i].inputs[1:]:
+            bn_inputs.add(base.nodes[src].name)
     params = [(name, int(np.prod(base.arg_shapes[name])),
                trainable is None or name in trainable, name in bn_inputs, False)
               for name in plain.list_arguments() if name not in inputs]
@@ -341,7 +332,7 @@ def _graph_info(graph, shapes, dtypes, config):
         if config != "float16":
             raise
     inputs = set(graph.list_inputs())
-    settled, _, _ = settle(Graph(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
+    settled, _, _ = settle(as_graph(graph), set(), {n: np.dtype(d) for n, d in dtypes.items()
                                                       if n in inputs}, {})
     return GraphInfo(settled.to_symbol(), shapes, dtypes)
 
@@ -357,20 +348,20 @@ def _activations(info, inputs):
         outs = info.outputs(i)
         if is_cast(node):
             for k, (shape, dtype) in enumerate(outs):
-                src_k = min(k, len(node["inputs"]) - 1)
-                src = info.nodes[node["inputs"][src_k][0]]
+                src_k = min(k, len(node.inputs) - 1)
+                src = info.nodes[node.inputs[src_k][0]]
                 in_dtype = info.input(i, src_k)[1]
                 if dtype == in_dtype:
                     continue  # a cast to the same dtype copies nothing
-                if src["op"] == "null" and src["name"] not in inputs:
+                if src.is_variable and src.name not in inputs:
                     copies.append((int(np.prod(shape)), dtype.name))
                     continue
-                acts.append((node["name"], node["op"], shape, dtype.name,
+                acts.append((node.name, node.op, shape, dtype.name,
                              int(np.prod(shape)) * dtype.itemsize))
             continue
         for shape, dtype in outs:
             dtype = np.dtype(dtype or np.float32)
-            acts.append((node["name"], node["op"], shape, dtype.name,
+            acts.append((node.name, node.op, shape, dtype.name,
                          int(np.prod(shape)) * dtype.itemsize))
     return copies, acts
 

@@ -143,24 +143,24 @@ def _locate(sym, inputs, values, aux, grad_names, ctx, scale, precision, paths, 
 # ---------------------------------------------------------------- naming what was found
 def _producer(nodes, index, out=0):
     """The op that really computed an entry: casts (AMP's and the emulation's) looked through."""
-    while is_cast(nodes[index]) and nodes[index]["inputs"]:
-        index, out, _ = nodes[index]["inputs"][0]
+    while is_cast(nodes[index]) and nodes[index].inputs:
+        index, out, _ = nodes[index].inputs[0]
     return index, out
 
 
 def _op_index(nodes, by_name, index):
     """An emulation cast of op ``L`` (``emulation._names``) stands for ``L``."""
-    return by_name.get(user_name(nodes[index]["name"]), index)
+    return by_name.get(user_name(nodes[index].name), index)
 
 
 def _entry_text(nodes, by_name, index, out):
     index, out = _producer(nodes, index, out)
     node = nodes[index]
-    if node["op"] == "null":
-        return "'%s'" % node["name"]
+    if node.op == "null":
+        return "'%s'" % node.name
     op_index = _op_index(nodes, by_name, index)
     suffix = "" if out == 0 else " [output %d]" % out
-    return "the output of '%s'%s" % (nodes[op_index]["name"], suffix)
+    return "the output of '%s'%s" % (nodes[op_index].name, suffix)
 
 
 def _label(name, paths):
@@ -169,7 +169,7 @@ def _label(name, paths):
 
 def _describe(graph, namer, phase, tensor, shape, dtype, paths):
     nodes = graph.nodes
-    by_name = {node["name"]: i for i, node in enumerate(nodes)}
+    by_name = {node.name: i for i, node in enumerate(nodes)}
     found = namer.split(tensor)
     if found is None:
         if tensor.startswith("sum_grad"):
@@ -180,16 +180,16 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
     gradient_of = cast_from = None
     if phase == "forward":
         node = nodes[i]
-        if is_cast(node) and user_name(node["name"]) == node["name"]:
+        if is_cast(node) and user_name(node.name) == node.name:
             # an AMP cast put a float32 value out of float16's range: blame its consumer
             consumers = [j for j, n in enumerate(nodes)
-                         if any(src == i for src, _, _ in n["inputs"])]
+                         if any(src == i for src, _, _ in n.inputs)]
             consumers = [_op_index(nodes, by_name, j) for j in consumers]
             consumers = [j for j in consumers if not is_cast(nodes[j])] or [i]
             target = consumers[0]
-            if node["inputs"]:
-                src = _producer(nodes, *node["inputs"][0][:2])[0]
-                cast_from = _label(nodes[_op_index(nodes, by_name, src)]["name"], paths)
+            if node.inputs:
+                src = _producer(nodes, *node.inputs[0][:2])[0]
+                cast_from = _label(nodes[_op_index(nodes, by_name, src)].name, paths)
         else:
             target = _op_index(nodes, by_name, i)
     else:
@@ -199,17 +199,17 @@ def _describe(graph, namer, phase, tensor, shape, dtype, paths):
         node = nodes[i]
         if source is not None:
             gradient_of = _entry_text(nodes, by_name, *source)
-        if is_cast(node) and user_name(node["name"]) == node["name"] and source is not None:
+        if is_cast(node) and user_name(node.name) == node.name and source is not None:
             # an AMP cast turned a float32 gradient into float16: the float16 tensor is the
             # gradient of what the cast read
             target = _op_index(nodes, by_name, _producer(nodes, *source)[0])
-            if nodes[target]["op"] == "null":
+            if nodes[target].op == "null":
                 target = _op_index(nodes, by_name, i)
         else:
             target = _op_index(nodes, by_name, i)
-    name = nodes[target]["name"]
+    name = nodes[target].name
     emulated = any(is_emulation_name(n, name) for n in by_name)
-    return {"layer": _label(name, paths), "node": name, "op": nodes[target]["op"],
+    return {"layer": _label(name, paths), "node": name, "op": nodes[target].op,
             "gradient_of": gradient_of, "cast_from": cast_from,
             "float16": emulated or np.dtype(dtype) == FLOAT16}
 

@@ -199,21 +199,21 @@ def tensor_core_audit(net: Union[gluon.HybridBlock, mx.sym.Symbol], input_shape:
     layers, findings, notes = [], [], []
     for i in info.op_nodes(AUDITED_OPS):
         node = info.nodes[i]
-        label = layer_of(node["name"], paths) or node["name"]
+        label = layer_of(node.name, paths) or node.name
         dims, kinds = _dims(info, i, data_names)
         if dims is None:
             notes.append("%s [%s]: depthwise convolution (%d channels, one per group): Tensor "
-                         "Cores do not apply; nothing to change" % (label, node["op"], kinds))
-            layers.append({"node": node["name"], "layer": label, "op": node["op"], "dims": {}})
+                         "Cores do not apply; nothing to change" % (label, node.op, kinds))
+            layers.append({"node": node.name, "layer": label, "op": node.op, "dims": {}})
             continue
-        layers.append({"node": node["name"], "layer": label, "op": node["op"], "dims": dims})
+        layers.append({"node": node.name, "layer": label, "op": node.op, "dims": dims})
         for name, value in dims.items():
             if value % multiple == 0:
                 continue
             up = _up(value, multiple)
             advice = _ADVICE[kinds.get(name, name)].format(m=multiple, up=up, v=value,
                                                            extra=up - value)
-            findings.append(Finding(label, node["name"], node["op"], name, int(value), up,
+            findings.append(Finding(label, node.name, node.op, name, int(value), up,
                                     advice))
     return TensorCoreAudit(layers, findings, notes, multiple)
 
@@ -222,7 +222,7 @@ def _dims(info, i, data_names):
     """The GEMM dimensions of one layer, and which advice fits each."""
     node = info.nodes[i]
     attrs = info.attrs(i)
-    op = node["op"]
+    op = node.op
     data_shape = info.input(i, 0)[0]
     if op == "FullyConnected":
         if _bool(attrs.get("flatten"), True):
@@ -242,8 +242,8 @@ def _dims(info, i, data_names):
         c_out = _int(attrs.get("num_filter"))
         if groups > 1 and c_in // groups == 1:
             return None, c_in
-        src = info.nodes[node["inputs"][0][0]]
-        first = src["op"] == "null" and src["name"] in data_names
+        src = info.nodes[node.inputs[0][0]]
+        first = src.is_variable and src.name in data_names
         dims = {"input channels": c_in // groups, "output channels": c_out // groups}
         return dims, ({"input channels": "input channels (image)"} if first else {})
     if op == "RNN":

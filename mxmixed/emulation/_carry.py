@@ -46,7 +46,7 @@ def carry_enabled():
 
 
 def _cast_to(node, dtype):
-    return node["op"] in ("amp_cast", "Cast") and node.get("attrs", {}).get("dtype") == dtype
+    return node.op in ("amp_cast", "Cast") and node.attrs.get("dtype") == dtype
 
 
 def carry_float32(graph, float32_entries):
@@ -76,27 +76,27 @@ def carry_float32(graph, float32_entries):
         return graph
     # the chain's first cast rounds a float32 value; AMP's casts of float16 values to float16
     # after it are copies (forward and backward)
-    sources = {tuple(nodes[c]["inputs"][0][:2]) for chain in pairs.values() for c in chain}
-    sources |= {tuple(nodes[c]["inputs"][0][:2]) for c in fans}
+    sources = {tuple(nodes[c].inputs[0][:2]) for chain in pairs.values() for c in chain}
+    sources |= {tuple(nodes[c].inputs[0][:2]) for c in fans}
     wide = float32_entries(graph, sources)
     trimmed = {}
     for up, chain in pairs.items():
-        while chain and tuple(nodes[chain[-1]]["inputs"][0][:2]) not in wide:
+        while chain and tuple(nodes[chain[-1]].inputs[0][:2]) not in wide:
             chain = chain[:-1]
-        if chain and all(tuple(nodes[c]["inputs"][0][:2]) not in wide for c in chain[:-1]):
+        if chain and all(tuple(nodes[c].inputs[0][:2]) not in wide for c in chain[:-1]):
             trimmed[up] = chain
     shaped_late = _shaped_by_readers(nodes)
     pairs = {up: chain for up, chain in trimmed.items()
-             if nodes[chain[-1]]["inputs"][0][0] not in shaped_late}
-    fans = {c: routes for c, routes in fans.items() if tuple(nodes[c]["inputs"][0][:2]) in wide
-            and nodes[c]["inputs"][0][0] not in shaped_late}
+             if nodes[chain[-1]].inputs[0][0] not in shaped_late}
+    fans = {c: routes for c, routes in fans.items() if tuple(nodes[c].inputs[0][:2]) in wide
+            and nodes[c].inputs[0][0] not in shaped_late}
     if not (pairs or fans) or round16_op() is None:
         return graph
     return _exact_relus(_rebuilt(graph, pairs, fans))
 
 
 def _is_relu(node):
-    return node["op"] == "Activation" and node.get("attrs", {}).get("act_type") == "relu"
+    return node.op == "Activation" and node.attrs.get("act_type") == "relu"
 
 
 def _exact_relus(graph):
@@ -111,13 +111,13 @@ def _exact_relus(graph):
     heads = {(src, out) for src, out, _ in graph.heads}
     dropped = {}
     for r, node in enumerate(nodes):
-        if node["op"] != op or (r, 0) in heads:
+        if node.op != op or (r, 0) in heads:
             continue
-        a, out = node["inputs"][0][:2]
+        a, out = node.inputs[0][:2]
         if out != 0 or not _is_relu(nodes[a]) or readers((a, 0)) != [r] or (a, 0) in heads:
             continue
-        p, out = nodes[a]["inputs"][0][:2]
-        if out == 0 and nodes[p]["op"] == op and readers((p, 0)) == [a] and (p, 0) not in heads:
+        p, out = nodes[a].inputs[0][:2]
+        if out == 0 and nodes[p].op == op and readers((p, 0)) == [a] and (p, 0) not in heads:
             dropped[r] = a
     if not dropped:
         return graph
@@ -143,15 +143,15 @@ def _rebuilt(graph, pairs, fans):
             continue
         if i in pairs:
             down = nodes[pairs[i][-1]]
-            name = node["name"] if is_input_cast(node["name"]) else down["name"]
-            node = _round16_node(name, down["name"], down["inputs"][0])
+            name = node.name if is_input_cast(node.name) else down.name
+            node = _round16_node(name, down.name, down.inputs[0])
         elif i in fans:
-            node = _round16_node(node["name"], node["name"], node["inputs"][0])
+            node = _round16_node(node.name, node.name, node.inputs[0])
         elif widening.get(i) in merged:  # the widenings are one, and so is the rounding
             new.place(i, new.entry([widening[i], 0, 0])[0])
             continue
         elif i in widening:
-            node = _round16_node(node["name"], node["name"], [widening[i], 0, 0])
+            node = _round16_node(node.name, node.name, [widening[i], 0, 0])
         new.place(i, new.add(new.mapped(node)))
     return new.graph()
 
@@ -165,15 +165,15 @@ def _single_reader_chains(nodes, readers, heads):
     of the one before."""
     pairs = {}
     for up, node in enumerate(nodes):
-        if not (_cast_to(node, "float32") and is_emulation_name(node["name"])):
+        if not (_cast_to(node, "float32") and is_emulation_name(node.name)):
             continue
         chain, reader = [], up
-        down, out = node["inputs"][0][:2]
+        down, out = node.inputs[0][:2]
         while (out == 0 and _cast_to(nodes[down], "float16")
                and readers((down, 0)) == [reader] and (down, 0) not in heads):
             chain.append(down)
             reader = down
-            down, out = nodes[down]["inputs"][0][:2]
+            down, out = nodes[down].inputs[0][:2]
         if chain:
             pairs[up] = chain
     return pairs
@@ -221,7 +221,7 @@ def _merged_by_mxnet(nodes, routes):
     the same attributes, in the same order."""
     if os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1").lower() in ("0", "false"):
         return False
-    shapes = {tuple((nodes[c]["op"], tuple(sorted(nodes[c].get("attrs", {}).items())))
+    shapes = {tuple((nodes[c].op, tuple(sorted(nodes[c].attrs.items())))
                     for c in route) for route in routes}
     return len(shapes) == 1
 
@@ -236,11 +236,11 @@ def _shaped_by_readers(nodes):
     """
     late = set()
     for i, node in enumerate(nodes):
-        if node["op"] == "null":
+        if node.op == "null":
             continue
-        if any(src in late for src, _, _ in node["inputs"]):
+        if any(src in late for src, _, _ in node.inputs):
             late.add(i)
-        elif not node["inputs"] and _unknown_dim(node.get("attrs", {}).get("shape")):
+        elif not node.inputs and _unknown_dim(node.attrs.get("shape")):
             late.add(i)
     return late
 
@@ -263,6 +263,6 @@ def _copies_to_widening(nodes, readers, heads, node):
         if len(ups) != 1:
             return None
         node = ups[0]
-    if _cast_to(nodes[node], "float32") and is_emulation_name(nodes[node]["name"]):
+    if _cast_to(nodes[node], "float32") and is_emulation_name(nodes[node].name):
         return route + [node]
     return None

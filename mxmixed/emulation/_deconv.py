@@ -119,9 +119,9 @@ def deconvolution_nodes(node, first_id):
         The last one, named as ``node``, gives the output.
     """
     placeholders = [mx.sym.var("data"), mx.sym.var("weight")]
-    sub = deconvolution_as_convolution(mx.sym, *placeholders, node.get("attrs", {}))
-    nodes = inline_nodes(sub, dict(zip(["data", "weight"], node["inputs"])), first_id)
+    sub = deconvolution_as_convolution(mx.sym, *placeholders, node.attrs)
+    nodes = inline_nodes(sub, dict(zip(["data", "weight"], node.inputs)), first_id)
     for k, sub_node in enumerate(nodes):
-        sub_node["name"] = emu_name(node["name"], "deconv", k)
-    nodes[-1]["name"] = node["name"]
+        sub_node["name"] = emu_name(node.name, "deconv", k)
+    nodes[-1]["name"] = node.name
     return nodes

@@ -63,17 +63,17 @@ def roi_align_as_on_gpu(F, roi_align, data, rois, **attrs):
 def _roi_align_nodes(node, first_id):
     """Graph nodes computing a ``_contrib_ROIAlign`` node as the GPU does."""
     placeholders = [mx.sym.var("data"), mx.sym.var("rois")]
-    attrs = dict(node.get("attrs", {}))
+    attrs = dict(node.attrs)
 
     def native(data, rois, **kw):
-        return mx.sym.contrib.ROIAlign(data, rois, name=emu_name(node["name"], "gpu"), **kw)
+        return mx.sym.contrib.ROIAlign(data, rois, name=emu_name(node.name, "gpu"), **kw)
 
     sub = roi_align_as_on_gpu(mx.sym, native, *placeholders, **attrs)
-    nodes = inline_nodes(sub, dict(zip(["data", "rois"], node["inputs"])), first_id)
+    nodes = inline_nodes(sub, dict(zip(["data", "rois"], node.inputs)), first_id)
     for k, sub_node in enumerate(nodes):
-        if sub_node["op"] != ROI_ALIGN:
-            sub_node["name"] = emu_name(node["name"], "gpu", k)
-    nodes[-1]["name"] = node["name"]
+        if sub_node.op != ROI_ALIGN:
+            sub_node["name"] = emu_name(node.name, "gpu", k)
+    nodes[-1]["name"] = node.name
     return nodes
 
 
@@ -90,12 +90,12 @@ def follow_gpu_in_graph(graph):
         The rewritten graph, or None when nothing needed rewriting.
     """
     nodes = graph.nodes
-    if not any(n["op"] == ROI_ALIGN and not n["name"].endswith(_GPU_SUFFIX) for n in nodes):
+    if not any(n.op == ROI_ALIGN and not n.name.endswith(_GPU_SUFFIX) for n in nodes):
         return None
     new = graph.rebuild()
     for i, node in enumerate(nodes):
         node = new.mapped(node)
-        if node["op"] == ROI_ALIGN and not node["name"].endswith(_GPU_SUFFIX):
+        if node.op == ROI_ALIGN and not node.name.endswith(_GPU_SUFFIX):
             new.place(i, new.add(*_roi_align_nodes(node, new.next_id)))  # one output: the last's
         else:
             new.place(i, new.add(node))

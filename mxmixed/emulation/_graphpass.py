@@ -21,7 +21,7 @@ import mxnet as mx
 import numpy as np
 
 from .._core.dtypes import FLOAT16, FLOAT32
-from .._core.graph import Graph, GraphTypeError, cast_node, pin_variable_dtypes
+from .._core.graph import GraphTypeError, as_graph, cast_node, pin_variable_dtypes
 from .._core.params import is_param_name
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
@@ -135,21 +135,40 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
         When MXNet's type inference rejects the graph for these dtypes, as it would on a GPU
         (for example a float16 input with float32 weights in one FullyConnected).
     """
-    graph = Graph(sym)
+    graph = as_graph(sym)
+    key = None if exclude else _pass_key(sym, type_dict, carry)
+    if key is not None and key in graph.passes:
+        return sym  # this graph is what the pass made of it (or of itself) for these dtypes
+    result = _emulate_graph(graph, sym, type_dict, exclude, carry)
+    if key is not None:
+        (graph if result is sym else as_graph(result)).passes.add(key)
+    return result
+
+
+def _pass_key(sym, type_dict, carry):
+    """What the emulation pass's result depends on besides the graph: the input dtypes given
+    (for the graph's own inputs) and ``carry``."""
+    names = set(sym.list_inputs())
+    return (carry, frozenset((n, np.dtype(t)) for n, t in (type_dict or {}).items()
+                             if n in names))
+
+
+def _emulate_graph(graph, sym, type_dict, exclude, carry):
+    """The emulation pass proper (:func:`emulate_symbol`), on ``graph``, the graph of ``sym``."""
     as_on_gpu = follow_gpu_in_graph(graph)
     if as_on_gpu is not None:
         graph, sym = as_on_gpu, as_on_gpu.to_symbol()
     nodes = graph.nodes
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)
-               if node["op"] in EMULATED_OPS and node["name"] not in exclude]
+               if node.op in EMULATED_OPS and node.name not in exclude]
     if not targets:
         return sym
     consumed = set(graph.consumed_entries())
     target_set = set(targets)
     entries = {(i, 0) for i in targets}
     for i in targets:
-        entries.update((src, out) for src, out, _ in nodes[i]["inputs"])
+        entries.update((src, out) for src, out, _ in nodes[i].inputs)
     entries.update(entry for entry in consumed if entry[0] in target_set)
     entries = sorted(entries)
     known = dict(type_dict or {})
@@ -162,26 +181,25 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
 
     rewrite, multicast = {}, {}
     for i in targets:
-        if nodes[i]["op"] == "amp_multicast":
-            ins = [types[(src, out)] for src, out, _ in nodes[i]["inputs"]]
+        if nodes[i].op == "amp_multicast":
+            ins = [types[(src, out)] for src, out, _ in nodes[i].inputs]
             if FLOAT16 in ins:
                 multicast[i] = {out: (ins[out], types[(i, out)])
                                 for (src, out) in entries if src == i}
             continue
-        spec = EMULATED_OPS[nodes[i]["op"]]
-        cast_in = [k for k, (src, out, _) in enumerate(nodes[i]["inputs"])
+        spec = EMULATED_OPS[nodes[i].op]
+        cast_in = [k for k, (src, out, _) in enumerate(nodes[i].inputs)
                    if k not in spec.keep_inputs and types[(src, out)] == FLOAT16]
         if cast_in:
             cast_out = [out for (src, out) in entries
                         if src == i and types[(src, out)] == FLOAT16]
-            bias = bias_of(nodes[i]["op"], nodes[i].get("attrs", {}), len(nodes[i]["inputs"]))
+            bias = bias_of(nodes[i].op, nodes[i].attrs, len(nodes[i].inputs))
             if types[(i, 0)] != FLOAT16:
                 bias = None
             rewrite[i] = (cast_in, cast_out, bias)
     if not rewrite and not multicast:
         return sym
-    pin_variable_dtypes(graph, variables, known)
-    _pin_bias_shapes(graph, rewrite)
+    graph = _pin_bias_shapes(pin_variable_dtypes(graph, variables, known), rewrite)
     rebuilt = _rebuild(graph, rewrite, multicast)
     return (carry_float32(rebuilt, _float32_entries) if carry else rebuilt).to_symbol()
 
@@ -194,26 +212,27 @@ def _float32_entries(graph, entries):
 
 
 def _pin_bias_shapes(graph, rewrite):
-    """Write each bias variable's shape on it: once the op has no bias, nothing infers it."""
-    nodes = graph.nodes
+    """Write each bias variable's shape on it: once the op has no bias, nothing infers it.
+    Returns the new graph."""
+    nodes, changes = graph.nodes, {}
     for i, (_, _, bias) in rewrite.items():
         if bias is None:
             continue
-        src = nodes[i]["inputs"][bias][0]
-        attrs = nodes[i].get("attrs", {})
+        src = nodes[i].inputs[bias][0]
+        attrs = nodes[i].attrs
         size = attrs.get("num_hidden", attrs.get("num_filter"))
-        if nodes[src]["op"] == "null" and size is not None:
-            nodes[src].setdefault("attrs", {}).setdefault("__shape__", "(%d,)" % int(size))
-    graph.changed()
+        if nodes[src].is_variable and size is not None and "__shape__" not in nodes[src].attrs:
+            changes[src] = {"__shape__": "(%d,)" % int(size)}
+    return graph.with_attrs(changes)
 
 
 def _bias_nodes(node, out_id, bias_entry, first_id):
     """The nodes that add the bias as a GPU does: round, widen, add, round."""
-    name, attrs = node["name"], node.get("attrs", {})
+    name, attrs = node.name, node.attrs
     nodes = [cast_node(emu_name(name, "round"), "float16", [out_id, 0]),
              cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
-    shape = bias_shape(node["op"], attrs)
+    shape = bias_shape(node.op, attrs)
     if shape is not None:
         nodes.append({"op": "Reshape", "name": emu_name(name, "bias"),
                       "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})
@@ -225,7 +244,7 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
 
 def _op_nodes(node, rewritten, first_id):
     """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
-    if rewritten and node["op"] == "Deconvolution" and conv_form_applies(node.get("attrs", {})):
+    if rewritten and node.op == "Deconvolution" and conv_form_applies(node.attrs):
         return deconvolution_nodes(node, first_id)
     return [node]
 
@@ -242,23 +261,23 @@ def _rebuild(graph, rewrite, multicast):
         node = new.mapped(node)
         if i in multicast:
             for out, (source_dtype, dtype) in multicast[i].items():
-                source = node["inputs"][out]
+                source = node.inputs[out]
                 new.redirect((i, out), source)
                 if dtype != source_dtype:
                     new.redirect((i, out), (new.add(cast_node(
-                        emu_name(node["name"], "out", out), dtype, source)), 0))
+                        emu_name(node.name, "out", out), dtype, source)), 0))
             continue
         bias_entry = None
         if i in rewrite:
             cast_in, cast_out, bias = rewrite[i]
             for k in cast_in:
-                key = tuple(node["inputs"][k][:2])
+                key = tuple(node.inputs[k][:2])
                 if key not in upcasts:
-                    upcasts[key] = new.add(cast_node(emu_name(node["name"], "in", k),
+                    upcasts[key] = new.add(cast_node(emu_name(node.name, "in", k),
                                                      "float32", key))
                 node["inputs"][k] = [upcasts[key], 0, 0]
             if bias is not None:
-                bias_entry = node["inputs"][bias]
+                bias_entry = node.inputs[bias]
                 node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
                 node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
         new_id = new.add(*_op_nodes(node, i in rewrite, new.next_id))
@@ -268,7 +287,7 @@ def _rebuild(graph, rewrite, multicast):
             if out == 0 and bias_entry is not None:
                 src = new.add(*_bias_nodes(node, new_id, bias_entry, new.next_id))
             new.redirect((i, out), (new.add(cast_node(
-                emu_name(node["name"], "out", out), "float16",
+                emu_name(node.name, "out", out), "float16",
                 [src, 0 if src != new_id else out])), 0))
     return new.graph()
 
@@ -289,14 +308,14 @@ def count_emulated(sym: "mx.sym.Symbol") -> Dict[str, int]:
         nothing) is not counted.
     """
     counts = {"to_float32": 0, "to_float16": 0}
-    for node in Graph(sym).nodes:
-        if node["op"] == "_mxmixed_round16":  # a fused cast pair (see _carry.py)
-            counts["to_float32"] += is_input_cast(node["name"])
-            counts["to_float16"] += is_output_cast(node["attrs"]["fused"])
+    for node in as_graph(sym).nodes:
+        if node.op == "_mxmixed_round16":  # a fused cast pair (see _carry.py)
+            counts["to_float32"] += is_input_cast(node.name)
+            counts["to_float16"] += is_output_cast(node.attrs["fused"])
             continue
-        if node["op"] == "amp_cast" and (is_input_cast(node["name"])
-                                         or is_output_cast(node["name"])):
-            counts["to_" + node["attrs"]["dtype"]] += 1
+        if node.op == "amp_cast" and (is_input_cast(node.name)
+                                         or is_output_cast(node.name)):
+            counts["to_" + node.attrs["dtype"]] += 1
     return counts
 
 
@@ -312,7 +331,7 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     -------
     set of str
     """
-    nodes = Graph(sym).nodes
-    return {node["op"] for node in nodes if node["op"] != "null"
-            and any(is_input_cast(nodes[src]["name"], node["name"])
-                    for src, _, _ in node["inputs"])}
+    nodes = as_graph(sym).nodes
+    return {node.op for node in nodes if node.op != "null"
+            and any(is_input_cast(nodes[src].name, node.name)
+                    for src, _, _ in node.inputs)}

@@ -22,7 +22,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.dtypes import BFLOAT16, FLOAT32
-from .._core.graph import CAST_OPS, Graph, cast_node, dtype_code
+from .._core.graph import CAST_OPS, as_graph, cast_node, dtype_code
 from ..emulation._round16 import round_bf16_op
 
 __all__ = ["emulate_bfloat16", "emulation_note", "bfloat16_entries"]
@@ -75,7 +75,7 @@ def emulate_bfloat16(sym, arg_params, aux_params, data_types):
         The graph, holding no bfloat16 entry and no bfloat16 op, and the params with every
         bfloat16 one made float32.
     """
-    graph = Graph(sym)
+    graph = as_graph(sym)
     known = {n: np.dtype(v.dtype) for n, v in list(arg_params.items())
              + list(aux_params.items())}
     known.update(data_types)
@@ -102,9 +102,9 @@ def emulate_bfloat16(sym, arg_params, aux_params, data_types):
         return new.next_id - 1, 0
 
     for i, node in enumerate(graph.nodes):
-        name = node["name"]
-        if node["op"] == "null":
-            node = dict(node, attrs=dict(node.get("attrs", {})))
+        name = node.name
+        if node.op == "null":
+            node = dict(node, attrs=dict(node.attrs))
             if variables.get(name) == BFLOAT16 or dtypes.get((i, 0)) == BFLOAT16:
                 node["attrs"]["__dtype__"] = dtype_code(FLOAT32)
                 new.place(i, new.add(node))
@@ -112,16 +112,16 @@ def emulate_bfloat16(sym, arg_params, aux_params, data_types):
             else:
                 new.place(i, new.add(node))
             continue
-        if node["op"] in CAST_OPS:
+        if node.op in CAST_OPS:
             # a cast to float32 is the identity; one to bfloat16 a rounding
-            for k, source in enumerate(node["inputs"]):
+            for k, source in enumerate(node.inputs):
                 entry = tuple(new.entry(source)[:2])
                 if dtypes.get((i, k)) == BFLOAT16:
                     entry = rounded("%s_bf16round%d" % (name, k) if k else name, entry)
                 new.redirect((i, k), entry)
             continue
         node = new.mapped(node)
-        attrs = node.get("attrs", {})
+        attrs = node.attrs
         if attrs.get("dtype") == "bfloat16":  # an op that makes bfloat16 (zeros, Cast ...)
             node = dict(node, attrs=dict(attrs, dtype="float32"))
         new.place(i, new.add(node))

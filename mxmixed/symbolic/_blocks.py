@@ -17,7 +17,7 @@ from .._core.convert import ConversionError
 from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
-from .._core.graph import Graph, dtype_code, var_dtype
+from .._core.graph import as_graph, dtype_code, var_dtype
 from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
@@ -177,13 +177,10 @@ def _block_graph(block, inputs, ctx):
         else:  # trace the graph without running it: a cast block may not run (#17164)
             block._get_graph(*data)
     data_vars, sym = block._cached_graph
-    graph = Graph(sym)
-    for node in graph.nodes:  # a float32 graph: forget dtypes of a cast block (#17164)
-        if node["op"] == "null":
-            attrs = node.get("attrs", {})
-            if "__dtype__" in attrs and var_dtype(node) == FLOAT16:
-                attrs["__dtype__"] = dtype_code(np.float32)
-    graph.changed()
+    graph = as_graph(sym)
+    graph = graph.with_attrs({  # a float32 graph: forget dtypes of a cast block (#17164)
+        i: {"__dtype__": dtype_code(np.float32)} for i, node in enumerate(graph.nodes)
+        if node.is_variable and var_dtype(node, None) == FLOAT16})
     return [v.name for v in data_vars], graph.to_symbol()
 
 

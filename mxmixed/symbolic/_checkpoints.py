@@ -12,7 +12,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import Graph, load_graph
+from .._core.graph import Graph, as_graph
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
 from .._core.errors import one_line
@@ -116,7 +116,7 @@ def _parse_symbol(text, path):
     except UnsafeFileError as err:
         raise ConversionError(str(err)) from None
     try:
-        return load_graph(graph)
+        return Graph(graph).to_symbol()
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
                               % (path, one_line(err))) from None
@@ -295,12 +295,12 @@ def check_params(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 def _first_inputs_only(sym):
     """Variables that feed their ops only as the first input, where data goes (a weight never
     does): a data variable that declares its shape (``mx.sym.var('data', shape=...)``)."""
-    nodes = Graph(sym).nodes
+    nodes = as_graph(sym).nodes
     slots = {}
     for node in nodes:
-        for k, (src, _, _) in enumerate(node["inputs"]):
-            if nodes[src]["op"] == "null":
-                slots.setdefault(nodes[src]["name"], set()).add(k)
+        for k, (src, _, _) in enumerate(node.inputs):
+            if nodes[src].op == "null":
+                slots.setdefault(nodes[src].name, set()).add(k)
     return {name for name, seen in slots.items() if seen == {0}}
 
 

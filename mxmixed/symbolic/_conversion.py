@@ -15,7 +15,7 @@ from mxnet import gluon
 
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
-from .._core.graph import CAST_OPS, DETECTION_OPS, Graph
+from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._fold import fold_batchnorm
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
@@ -261,7 +261,7 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
                                                    notes, input_types)
-    graph = Graph(new_sym)
+    graph = as_graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
     if not options.keep_io_types:
         data_types = dict({n: FLOAT32 for n in data_names}, **input_types)
@@ -270,7 +270,7 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
-    detection = sorted({op for name, op in ((n["name"], n["op"]) for n in nodes)
+    detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:
         notes.insert(0, "detection ops kept float32 by default (keep_detection_float32=True): "
@@ -295,8 +295,8 @@ def _check_convert_arguments(sym, arg_params, aux_params):
     if not isinstance(arg_params, dict) or not isinstance(aux_params, dict):
         raise ConversionError("arg_params and aux_params must be dicts of name to NDArray")
     check_params(sym, arg_params, aux_params)
-    graph = Graph(sym)
-    if any(n["op"] in CAST_OPS for n in graph.nodes):
+    graph = as_graph(sym)
+    if any(n.op in CAST_OPS for n in graph.nodes):
         raise ConversionError("the graph already holds amp_cast nodes: it is mixed precision "
                               "already (load it with load_float16)")
     return graph
@@ -305,7 +305,7 @@ def _check_convert_arguments(sym, arg_params, aux_params):
 def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
                      keep_detection_float32, target="float16"):
     """Why each layer asked to stay float32 stays so: ``{layer name: reason}``."""
-    layer_names = [n["name"] for n in nodes if n["op"] != "null"]
+    layer_names = [n.name for n in nodes if n.op != "null"]
     registered = set(mx.operator.get_all_registered_operators())
     reasons = {}
     for op in exclude_ops:
@@ -313,8 +313,8 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
             raise ConversionError("unknown operator %r in exclude_ops%s"
                                   % (op, _closest(op, sorted(registered))))
         for node in nodes:
-            if node["op"] == op:
-                reasons.setdefault(node["name"], "excluded op")
+            if node.op == op:
+                reasons.setdefault(node.name, "excluded op")
     for names, reason in ((exclude_layers, "excluded layer"), (searched_layers, "search")):
         for name in names:
             if name not in layer_names:
@@ -323,12 +323,12 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
             reasons[name] = reason
     if keep_detection_float32:
         for node in nodes:
-            if node["op"] in DETECTION_OPS:
-                reasons.setdefault(node["name"], "detection op")
+            if node.op in DETECTION_OPS:
+                reasons.setdefault(node.name, "detection op")
     if target == "bfloat16":
         for node in nodes:
-            if node["op"] in NO_BFLOAT16_CPU_OPS:
-                reasons.setdefault(node["name"], "no bfloat16 kernel")
+            if node.op in NO_BFLOAT16_CPU_OPS:
+                reasons.setdefault(node.name, "no bfloat16 kernel")
     return reasons
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import Graph
+from .._core.graph import as_graph
 
 __all__ = ["fold_batchnorm"]
 
@@ -111,7 +111,7 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
     folded : list of (str, str)
         ``(BatchNorm name, Convolution name)`` of each pair folded, in graph order.
     """
-    graph = Graph(graph) if isinstance(graph, mx.sym.Symbol) else graph
+    graph = as_graph(graph)
     heads = {(src, out) for src, out, _ in graph.heads}
     keep = set(keep)
     pairs = {}

@@ -19,7 +19,7 @@ from .._core.convert import ConversionError
 from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
-from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, Graph, GraphTypeError, cast_node,
+from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, GraphTypeError, as_graph, cast_node,
                            dtype_code, var_dtype)
 from ._bfloat16_emulation import emulate_bfloat16
 
@@ -41,7 +41,7 @@ def consumed_dtypes(graph, known):
 
 def compute_dtype(node, dtypes):
     """The dtype an op computes in: that of its first floating input."""
-    for src, out, _ in node["inputs"]:
+    for src, out, _ in node.inputs:
         dtype = dtypes.get((src, out))
         if is_floating(dtype):
             return dtype
@@ -50,10 +50,10 @@ def compute_dtype(node, dtypes):
 
 def is_fp32_listed(node, target):
     key = amp_list_key(target)
-    if node["op"] in amp.list_fp32_ops(key):
+    if node.op in amp.list_fp32_ops(key):
         return True
     for op, attr, values in amp.list_conditional_fp32_ops(key):
-        if node["op"] == op and node.get("attrs", {}).get(attr) in values:
+        if node.op == op and node.attrs.get(attr) in values:
             return True
     return False
 
@@ -75,11 +75,11 @@ def io_float16(graph, data_names, dtypes):
     nodes = graph.nodes
     down_casts, widen = {}, set()
     for d, node in enumerate(nodes):
-        if node["op"] != "null" or node["name"] not in data_names:
+        if node.op != "null" or node.name not in data_names:
             continue
         users = graph.consumers(d)
-        down = [j for j in users if nodes[j]["op"] == "amp_cast"
-                and nodes[j]["attrs"].get("dtype") == "float16"]
+        down = [j for j in users if nodes[j].op == "amp_cast"
+                and nodes[j].attrs.get("dtype") == "float16"]
         if down:
             down_casts[d] = down
             if len(down) < len(users):
@@ -87,13 +87,13 @@ def io_float16(graph, data_names, dtypes):
     head_redirect = {}
     for src, out, _ in graph.heads:
         node = nodes[src]
-        if node["op"] == "amp_cast" and node["attrs"].get("dtype") == "float32":
-            inner = tuple(node["inputs"][0][:2])
+        if node.op == "amp_cast" and node.attrs.get("dtype") == "float32":
+            inner = tuple(node.inputs[0][:2])
             if dtypes.get(inner) == FLOAT16:
                 head_redirect[(src, out)] = inner
     if not down_casts and not head_redirect:
         return graph
-    used = {src for node in nodes for src, _, _ in node["inputs"]}
+    used = {src for node in nodes for src, _, _ in node.inputs}
     drop = {j for down in down_casts.values() for j in down}
     drop |= {src for src, _ in head_redirect if src not in used}
     new, upcast = graph.rebuild(), {}
@@ -101,7 +101,7 @@ def io_float16(graph, data_names, dtypes):
         if i in drop:
             continue
         node = dict(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
-                                  for e in node["inputs"]])
+                                  for e in node.inputs])
         if i in down_casts:
             node["attrs"] = dict(node.get("attrs", {}), __dtype__=dtype_code(np.float16))
         new.place(i, new.add(node))
@@ -117,27 +117,27 @@ def io_float16(graph, data_names, dtypes):
 def batchnorm_params(graph):
     """Names of the gamma, beta and moving-statistics inputs of every BatchNorm node."""
     nodes = graph.nodes
-    return {nodes[src]["name"] for node in nodes if node["op"] in BATCHNORM_OPS
-            for src, _, _ in node["inputs"][1:5] if nodes[src]["op"] == "null"}
+    return {nodes[src].name for node in nodes if node.op in BATCHNORM_OPS
+            for src, _, _ in node.inputs[1:5] if nodes[src].op == "null"}
 
 
 def inference_graph(sym):
     """Replace Module-API loss outputs by their inference form, dropping label inputs."""
-    graph = Graph(sym)
+    graph = as_graph(sym)
     heads = graph.heads
-    if not any(graph.nodes[src]["op"] in LOSS_OUTPUT_OPS for src, _, _ in heads):
+    if not any(graph.nodes[src].op in LOSS_OUTPUT_OPS for src, _, _ in heads):
         return sym
     outputs = []
     for k, (src, _, _) in enumerate(heads):
         node = graph.nodes[src]
         head = sym[k]
-        if node["op"] not in LOSS_OUTPUT_OPS:
+        if node.op not in LOSS_OUTPUT_OPS:
             outputs.append(head)
             continue
         x = head.get_children()[0]
-        attrs = node.get("attrs", {})
-        name = node["name"]
-        if node["op"] == "SoftmaxOutput":
+        attrs = node.attrs
+        name = node.name
+        if node.op == "SoftmaxOutput":
             if attrs.get("multi_output") in ("True", "1", "true"):
                 outputs.append(mx.sym.softmax(x, axis=1, name=name))
             elif attrs.get("preserve_shape") in ("True", "1", "true"):
@@ -145,7 +145,7 @@ def inference_graph(sym):
             else:
                 flat = mx.sym.softmax(mx.sym.flatten(x), axis=1)
                 outputs.append(mx.sym.reshape_like(flat, x, name=name))
-        elif node["op"] == "LogisticRegressionOutput":
+        elif node.op == "LogisticRegressionOutput":
             outputs.append(mx.sym.sigmoid(x, name=name))
         else:
             outputs.append(mx.sym.identity(x, name=name))
@@ -164,7 +164,7 @@ def default_ctx(ctx):
 def _is_bfloat16_graph(graph, types):
     """Whether a converted graph computes in bfloat16 (casts to it, or bfloat16 inputs)."""
     return (any(t == BFLOAT16 for t in types.values())
-            or any(n["op"] == "amp_cast" and n.get("attrs", {}).get("dtype") == "bfloat16"
+            or any(n.op == "amp_cast" and n.attrs.get("dtype") == "bfloat16"
                    for n in graph.nodes))
 
 
@@ -220,8 +220,8 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     params = dict(arg_params)
     params.update(aux_params)
     sym = inference_graph(sym)
-    graph = Graph(sym)
-    var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
+    graph = as_graph(sym)
+    var_nodes = {n.name: n for n in graph.nodes if n.op == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names}
     data_types.update({n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_types})

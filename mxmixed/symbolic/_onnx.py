@@ -21,7 +21,7 @@ import mxnet as mx
 from .._core.convert import ConversionError
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.errors import one_line
-from .._core.graph import Graph, var_dtype
+from .._core.graph import as_graph, var_dtype
 from .._files.atomic import atomic_write
 from ._checkpoints import Checkpoint
 from ._detections import compare_outputs
@@ -174,8 +174,8 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
                               "search_fp32_layers(), got %s" % type(model).__name__)
     params = dict(model.arg_params, **model.aux_params)
     sym = inference_graph(model.symbol)
-    graph = Graph(sym)
-    var_nodes = {n["name"]: n for n in graph.nodes if n["op"] == "null"}
+    graph = as_graph(sym)
+    var_nodes = {n.name: n for n in graph.nodes if n.op == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     shapes = _input_shapes(input_shape, data_names)
     types = {n: np.dtype(t) for n, t in (input_types or {}).items()}

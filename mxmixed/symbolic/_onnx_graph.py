@@ -24,7 +24,7 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.errors import one_line
-from .._core.graph import Graph
+from .._core.graph import as_graph
 
 __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 
@@ -161,16 +161,16 @@ def _float16_constants_as_values():
 
 def class_aware_nms(graph):
     """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
-    return [n["name"] for n in graph.nodes if n["op"] == "_contrib_box_nms"
-            and int(n.get("attrs", {}).get("id_index", "-1")) != -1
-            and n.get("attrs", {}).get("force_suppress", "False") not in ("True", "1")]
+    return [n.name for n in graph.nodes if n.op == "_contrib_box_nms"
+            and int(n.attrs.get("id_index", "-1")) != -1
+            and n.attrs.get("force_suppress", "False") not in ("True", "1")]
 
 
 def _missing_converters(graph, registry):
     known = set()
     for ops in registry.values():
         known.update(ops)
-    return sorted({n["op"] for n in graph.nodes if n["op"] != "null"} - known)
+    return sorted({n.op for n in graph.nodes if n.op != "null"} - known)
 
 
 # The last opset whose Reduce* ops take ``axes`` as an attribute, as MXNet's converters write it
@@ -263,7 +263,7 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     from onnx import numpy_helper
 
     exporter = _exporter()
-    graph = Graph(sym)
+    graph = as_graph(sym)
     missing = _missing_converters(graph, exporter.registry_)
     if missing:
         raise ConversionError("MXNet's ONNX exporter has no converter for %s: this model "

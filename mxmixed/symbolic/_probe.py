@@ -13,7 +13,7 @@ import numpy as np
 
 
 from .._core.dtypes import FLOAT16_MIN_NORMAL
-from .._core.graph import Graph
+from .._core.graph import as_graph
 from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
@@ -50,7 +50,7 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
     kept : list of list of numpy.ndarray
         Per batch, the activations (only with ``keep``; for the next probe).
     """
-    graph = Graph(inference_graph(sym))
+    graph = as_graph(inference_graph(sym))
     heads = [(src, out) for src, out, _ in graph.heads]
     probe = graph.with_heads(heads + [(graph.index(name), 0) for name in names])
     runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx, input_types=input_types)
@@ -91,9 +91,9 @@ def layer_sensitivity(graph, names, peak32, diff16):
     carried = [0.0] * len(nodes)  # the error on each node's output
     received = {}
     for i, node in enumerate(nodes):
-        incoming = max((carried[src] for src, _, _ in node["inputs"]), default=0.0)
-        received[node["name"]] = incoming
-        carried[i] = own.get(node["name"], incoming)
+        incoming = max((carried[src] for src, _, _ in node.inputs), default=0.0)
+        received[node.name] = incoming
+        carried[i] = own.get(node.name, incoming)
     scores = np.zeros(len(names))
     for k, name in enumerate(names):
         mine, before = own[name], received.get(name, 0.0)

@@ -195,26 +195,26 @@ def build_report(before_graph, graph, arg_before, aux_before, arg_after, aux_aft
     """The report of a conversion from Graph ``before_graph`` to Graph ``graph``."""
     target = options.target_dtype
     nodes = graph.nodes
-    var_nodes = {n["name"]: n for n in nodes if n["op"] == "null"}
+    var_nodes = {n.name: n for n in nodes if n.op == "null"}
     data_types = {n: var_dtype(var_nodes[n]) for n in data_names if n in var_nodes}
     data_types.update({n: t for n, t in (input_types or {}).items() if n in data_types})
     dtypes = consumed_dtypes(graph, known_types(arg_after, aux_after, data_types))
     ops, layer_dtypes, fp32_layers = {}, {}, []
     for node in nodes:
-        if node["op"] == "null" or node["op"] in CAST_OPS:
+        if node.op == "null" or node.op in CAST_OPS:
             continue
         dtype = compute_dtype(node, dtypes)
         name = dtype_name(dtype) if dtype is not None else "other"
-        counts = ops.setdefault(node["op"], {target: 0, "float32": 0})
+        counts = ops.setdefault(node.op, {target: 0, "float32": 0})
         counts[name] = counts.get(name, 0) + 1
-        layer_dtypes[node["name"]] = name
+        layer_dtypes[node.name] = name
         if dtype == FLOAT32:
-            reason = reasons.get(node["name"])
+            reason = reasons.get(node.name)
             if reason is None:
                 reason = "float32 op list" if is_fp32_listed(node, target) else "float32 input"
-            fp32_layers.append((node["name"], node["op"], reason))
-    casts_before = sum(1 for n in before_graph.nodes if n["op"] in CAST_OPS)
-    casts_after = sum(1 for n in nodes if n["op"] in CAST_OPS)
+            fp32_layers.append((node.name, node.op, reason))
+    casts_before = sum(1 for n in before_graph.nodes if n.op in CAST_OPS)
+    casts_after = sum(1 for n in nodes if n.op in CAST_OPS)
     outputs = {}
     for name, (src, out, _) in zip(graph.to_symbol().list_outputs(), graph.heads):
         dtype = dtypes.get((src, out))

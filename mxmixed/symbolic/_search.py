@@ -16,7 +16,7 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.dtypes import FLOAT16_MAX
-from .._core.graph import Graph
+from .._core.graph import as_graph
 from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
@@ -251,7 +251,7 @@ class _Evaluator:
         self.reference, self.stats32, self.acts32 = probe_layers(
             sym, arg_params, aux_params, self.names, batches, ctx, progress,
             "search: float32 run", keep=True, input_types=self.types)
-        self.graph32 = Graph(inference_graph(sym))
+        self.graph32 = as_graph(inference_graph(sym))
         self.cache, self.skipped, self.models = {}, [], {}
         self.bar = None
         if progress:

@@ -2,8 +2,9 @@
 import json
 
 import mxnet as mx
+import pytest
 
-from mxmixed._core.graph import Graph
+from mxmixed._core.graph import Graph, as_graph
 
 
 def _net():
@@ -28,7 +29,40 @@ def test_to_symbol_round_trips_the_json():
     text = sym.tojson(remove_amp_cast=False)
     again = Graph(json.loads(text)).to_symbol()
     assert json.loads(again.tojson(remove_amp_cast=False)) == json.loads(text)
-    assert Graph(sym).to_symbol() is sym
+    graph = Graph(sym)
+    made = graph.to_symbol()
+    assert made is graph.to_symbol() and as_graph(made) is graph
+    assert made.tojson() == sym.tojson() and repr(made) == repr(sym)
+
+
+def test_nodes_are_read_only_and_an_edit_is_a_new_graph():
+    graph = Graph(_net())
+    fc = graph.index("fc0")
+    node = graph.nodes[fc]
+    assert (node.op, node.name, node["op"]) == ("FullyConnected", "fc0", "FullyConnected")
+    with pytest.raises(TypeError):
+        node["op"] = "Convolution"
+    with pytest.raises(TypeError):
+        node.attrs["num_hidden"] = "8"
+    edited = graph.with_attrs({fc: {"num_hidden": "8"}})
+    assert edited is not graph and graph.nodes[fc].attrs["num_hidden"] == "4"
+    assert edited.nodes[fc].attrs["num_hidden"] == "8"
+    assert edited.to_symbol().infer_shape(data=(2, 3))[1][0] == (2, 8)
+    assert graph.with_attrs({fc: {"num_hidden": "4"}}) is graph
+
+
+def test_dtypes_of_entries_read_no_json(monkeypatch):
+    graph = Graph(_net())
+    graph.to_symbol()
+    calls = []
+    real = mx.sym.Symbol.tojson
+    monkeypatch.setattr(mx.sym.Symbol, "tojson", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(mx.sym, "load_json", lambda *a, **k: calls.append(1) / 0)
+    types, _ = graph.entry_dtypes(graph.consumed_entries(), {"data": "float16"})
+    assert {t.name for t in types.values()} == {"float16"}
+    probe = graph.with_heads([(graph.index("fc0"), 0)])
+    assert probe.to_symbol().list_outputs() == ["fc0_output"]
+    assert calls == []
 
 
 def test_rebuild_copies_the_graph():

@@ -77,6 +77,16 @@ def test_validates_on_random_inputs_from_input_specs(bert, tmp_path, capsys):
     assert "Validation: float16 against float32" in out
 
 
+@pytest.mark.parametrize("samples", ["npz", "specs"])
+def test_the_report_gives_integer_inputs_their_dtype_without_validate(bert, npz, tmp_path,
+                                                                       capsys, samples):
+    given = ["--inputs", npz] if samples == "npz" else SPECS
+    code, out, err = run_convert([bert, "0", "--out", str(tmp_path / "out")] + given, capsys)
+    assert code == cli.EXIT_OK, err
+    inputs = [line for line in out.splitlines() if line.startswith("inputs: ")]
+    assert inputs == ["inputs: data0=int32, data1=int32, data2=float32"], out
+
+
 @pytest.mark.parametrize("args, says", [
     (["--input", "data0:8:int32:50", "--input", "data1:8:int32:2", "--input", "dat2::float32"],
      "no data input named 'dat2' (did you mean 'data2'?); the graph's data inputs are "
