@@ -12,7 +12,9 @@ A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=Fa
 shapes, the Symbol) computed when first asked for and kept. This module is the only one that
 reads the dict's keys. An *entry* is a ``(node, output)`` pair.
 """
+import array
 import contextlib
+import ctypes
 import io
 import json
 
@@ -29,6 +31,7 @@ __all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json
            "inline_nodes",
            "consumed_entries",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
+           "attr_float", "attr_ints",
            "cast_node", "pin_variable_dtypes", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
 
@@ -389,13 +392,31 @@ def infer_types(sym, known):
     """
     names = set(sym.list_inputs())
     try:
-        arg_types, out_types, aux_types = sym.infer_type_partial(
-            **{n: t for n, t in known.items() if n in names})
+        arg_types, out_types, aux_types = _infer_type_partial(
+            sym, {n: t for n, t in known.items() if n in names and t is not None})
     except mx.base.MXNetError as err:
         raise GraphTypeError(one_line(err)) from None
     return ({n: _np(t) for n, t in zip(sym.list_arguments(), arg_types)},
             [_np(t) for t in out_types],
             {n: _np(t) for n, t in zip(sym.list_auxiliary_states(), aux_types)})
+
+
+def _infer_type_partial(sym, known):
+    """``sym.infer_type_partial(**known)``, bfloat16 included: MXNet's own method looks dtypes
+    up by their NumPy scalar type, which bfloat16 (a structured dtype) does not have, and so
+    silently drops a bfloat16 input from what it knows."""
+    keys = list(known)
+    codes = [int(dtype_code(known[k])) for k in keys]
+    sizes = [mx.base.mx_uint() for _ in range(3)]
+    data = [ctypes.POINTER(ctypes.c_int)() for _ in range(3)]
+    complete = ctypes.c_int()
+    mx.base.check_call(mx.base._LIB.MXSymbolInferTypePartial(
+        sym.handle, mx.base.mx_uint(len(keys)), mx.base.c_str_array(keys),
+        mx.base.c_array_buf(ctypes.c_int, array.array("i", codes)),
+        ctypes.byref(sizes[0]), ctypes.byref(data[0]), ctypes.byref(sizes[1]),
+        ctypes.byref(data[1]), ctypes.byref(sizes[2]), ctypes.byref(data[2]),
+        ctypes.byref(complete)))
+    return tuple([_DTYPE_MX_TO_NP[data[k][i]] for i in range(sizes[k].value)] for k in range(3))
 
 
 def entry_dtypes(graph, entries, known):
@@ -457,6 +478,63 @@ def infer_shapes(sym, shapes, partial=False):
         return None
     return (dict(zip(sym.list_arguments(), arg)), out,
             dict(zip(sym.list_auxiliary_states(), aux)))
+
+
+def attr_float(value, default):
+    """A float attribute as MXNet's parser reads it: ``'0.001f'`` is 0.001.
+
+    Parameters
+    ----------
+    value : str or float or None
+        The attribute's text (None: not given).
+    default : float
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        When the text is no number (MXNet refuses it too, when it loads the graph).
+    """
+    if value is None:
+        return float(default)
+    text = str(value)
+    return float(text[:-1] if text[-1:] in ("f", "F") else text)
+
+
+def attr_ints(value):
+    """A tuple attribute as MXNet's parser reads it: ``'(3L, 3L)'``, ``'[3,3]'``, ``'(3,)'``.
+
+    Parameters
+    ----------
+    value : str or tuple or None
+        The attribute's text (None: not given).
+
+    Returns
+    -------
+    tuple of (int or None), or None
+        None for ``'None'`` or an empty text; an element written ``None`` is None. A single
+        number (``'3'``) is a tuple of one, as MXNet reads it.
+
+    Raises
+    ------
+    ValueError
+        When an element is no integer (MXNet refuses it too, when it loads the graph).
+    """
+    if value is None or isinstance(value, (tuple, list)):
+        return None if value is None else tuple(value)
+    text = str(value).strip()
+    if text in ("", "None"):
+        return None
+    if text[:1] in "([" and text[-1:] in ")]":
+        text = text[1:-1]
+    items = [item.strip() for item in text.split(",")]
+    if items and not items[-1]:
+        items.pop()  # '(3,)'
+    return tuple(None if item == "None" else int(item[:-1] if item[-1:] == "L" else item)
+                 for item in items)
 
 
 def var_dtype(node, default=FLOAT32):
