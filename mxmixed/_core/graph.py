@@ -26,7 +26,8 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 from .dtypes import BFLOAT16, FLOAT32, dtype_name
 from .errors import one_line
 
-__all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json", "load_graph",
+__all__ = ["Graph", "GraphTypeError", "GraphShapeError", "as_graph", "graph_json", "graph_text",
+           "load_graph",
            "Rebuild",
            "inline_nodes",
            "consumed_entries",
@@ -252,7 +253,24 @@ def load_graph(graph):
     mxnet.symbol.Symbol
     """
     graph = graph.json if isinstance(graph, Graph) else graph
-    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+    return mx.sym.load_json(graph_text({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+
+
+def graph_text(graph):
+    """A graph dict as JSON text that MXNet's reader reads back as it was.
+
+    MXNet's reader knows no ``\\u`` escape ("unknown string escape \\u"): names in any
+    script (``réseau_conv0``, ``网络_conv0``) are written as they are, never escaped.
+
+    Parameters
+    ----------
+    graph : dict
+
+    Returns
+    -------
+    str
+    """
+    return json.dumps(graph, ensure_ascii=False)
 
 
 class Rebuild:
@@ -268,8 +286,8 @@ class Rebuild:
       dropped, and nothing may read it unless it is redirected);
     - :meth:`redirect`: readers of one old output read another new entry instead.
 
-    :meth:`graph` then gives the new :class:`Graph`: heads mapped, ``arg_nodes`` recomputed, the stale
-    ``node_row_ptr`` left out, other keys (``attrs``) kept.
+    :meth:`graph` then gives the new :class:`Graph`: heads and control dependencies mapped,
+    ``arg_nodes`` recomputed, the stale ``node_row_ptr`` left out, other keys (``attrs``) kept.
 
     Parameters
     ----------
@@ -307,12 +325,29 @@ class Rebuild:
         """Old node ``old_id``'s outputs are new node ``new_id``'s, output for output."""
         self._index[old_id] = new_id
 
+    def _node_for(self, old_id):
+        """The new node that stands for old node ``old_id`` (None: dropped)."""
+        if old_id in self._index:
+            return self._index[old_id]
+        where = self._where.get((old_id, 0))
+        return None if where is None else where[0]
+
     def redirect(self, old_entry, new_entry):
         """Readers of old ``(node, output)`` read new ``(node, output)`` instead."""
         self._where[(old_entry[0], old_entry[1])] = (new_entry[0], new_entry[1])
 
     def graph(self, heads=None):
-        """The new graph; ``heads`` (old entries) replaces the old graph's heads if given."""
+        """The new graph; ``heads`` (old entries) replaces the old graph's heads if given.
+
+        A node's ``control_deps`` hold old node indices (copied with the old node) and are
+        mapped to the new nodes that stand for them; a dependency on a dropped node is
+        dropped.
+        """
+        for k, node in enumerate(self.nodes):
+            if node.get("control_deps"):
+                self.nodes[k] = dict(node, control_deps=[
+                    new for new in (self._node_for(d) for d in node["control_deps"])
+                    if new is not None])
         out = {k: v for k, v in self.old.json.items() if k != "node_row_ptr"}
         out.update(nodes=self.nodes,
                    arg_nodes=[j for j, node in enumerate(self.nodes) if node["op"] == "null"],
@@ -501,7 +536,12 @@ def attr_float(value, default):
     if value is None:
         return float(default)
     text = str(value)
-    return float(text[:-1] if text[-1:] in ("f", "F") else text)
+    try:
+        return float(text)
+    except ValueError:
+        if text[-1:] not in ("f", "F"):
+            raise
+        return float(text[:-1])
 
 
 def attr_ints(value):

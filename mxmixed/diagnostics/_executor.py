@@ -18,7 +18,7 @@ from mxnet.base import NDArrayHandle
 from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.errors import one_line
-from .._core.graph import LOSS_OUTPUT_OPS, Graph
+from .._core.graph import LOSS_OUTPUT_OPS, Graph, attr_float
 from ._tracing import infer_shapes
 
 
@@ -52,7 +52,7 @@ def with_loss_scale(sym, scale):
     for node in graph.nodes:
         if node["op"] in LOSS_OUTPUT_OPS:
             attrs = node.setdefault("attrs", {})
-            attrs["grad_scale"] = repr(float(attrs.get("grad_scale", 1.0)) * scale)
+            attrs["grad_scale"] = repr(attr_float(attrs.get("grad_scale"), 1.0) * scale)
     graph.changed()
     return graph.to_symbol()
 
