@@ -439,9 +439,15 @@ def infer_types(sym, known):
 def _infer_type_partial(sym, known):
     """``sym.infer_type_partial(**known)``, bfloat16 included: MXNet's own method looks dtypes
     up by their NumPy scalar type, which bfloat16 (a structured dtype) does not have, and so
-    silently drops a bfloat16 input from what it knows."""
-    keys = list(known)
-    codes = [int(dtype_code(known[k])) for k in keys]
+    silently drops a bfloat16 input from what it knows. A dtype MXNet has no code for stays
+    unknown, as there."""
+    keys, codes = [], []
+    for name, dtype in known.items():
+        try:
+            codes.append(int(dtype_code(dtype)))
+        except (KeyError, TypeError):  # no MXNet dtype (int16): unknown, as MXNet's method has it
+            continue
+        keys.append(name)
     sizes = [mx.base.mx_uint() for _ in range(3)]
     data = [ctypes.POINTER(ctypes.c_int)() for _ in range(3)]
     complete = ctypes.c_int()

@@ -97,3 +97,12 @@ def test_names_in_any_script_survive_a_round_trip_through_mxnet():
     assert again.list_arguments() == ["données", "réseau_fc_weight", "réseau_fc_bias"]
     assert again.get_internals().list_outputs()[-1] == "网络_relu_output"
     assert "\\u" not in graph_text(Graph(sym).json)
+
+
+def test_type_inference_knows_a_bfloat16_input():
+    from mxmixed._core.dtypes import BFLOAT16
+    from mxmixed._core.graph import infer_types
+
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    args, outs, _ = infer_types(mx.sym.concat(a, b), {"a": BFLOAT16})
+    assert args == {"a": BFLOAT16, "b": BFLOAT16} and outs == [BFLOAT16]
