@@ -64,6 +64,8 @@ SUITES = [
      "gluonnlp BERT classifier: emulated AMP step / float32 step (needs gluonnlp)"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training, digits accuracy"),
+    ("graph_cost", "graph_cost.py", [], ["--nodes", "10000", "--refused", "40", "--rounds", "1"],
+     "conversion time and memory as the graph grows: settling 2n / n, peak memory / file size"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
      "GPU images/s: float32 vs AMP vs cast('float16') + multi-precision (untested here)"),
 ]
@@ -93,6 +95,10 @@ HOW = {
                  "steps in alternation; ratio per round; median and min-max over the rounds",
     "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
                 "ratio float32/bfloat16 per round; median and min-max over the rounds",
+    "graph_cost": "one fresh process per conversion; peak RSS (ru_maxrss of the child, "
+                  "os.wait4) less that of the same command on a tiny graph, over the file's "
+                  "size; settling timed at n and 2n alternated in one process, median and "
+                  "min-max over the rounds",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
                       "of steps in alternation per batch size; images/s and speed-up over "
                       "float32 per round; peak memory from nvidia-smi per process",
@@ -251,7 +257,7 @@ def figures(suite, raw):
                                 scaled["ratio"], "x", absolute="%.2f ms vs %.2f ms" % (
                                     scaled["f16_ms"], scaled["f32_ms"]),
                                 forward_ratio=scaled.get("fwd_ratio")))
-    elif suite in ("zoo", "bfloat16"):
+    elif suite in ("zoo", "bfloat16", "graph_cost"):
         out.extend(raw)  # these scripts write the common records themselves
     elif suite == "onnx_zoo":
         for r in raw["rows"]:

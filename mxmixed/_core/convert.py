@@ -21,6 +21,7 @@ does), down to float16 for the ops of MXNet's float16 list (Convolution, FullyCo
 Nodes named in ``forced`` always compute in float32, with float32 weights. The fast path, a
 graph that already type-checks, is never touched.
 """
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -94,18 +95,36 @@ def amp_forced(sym, excluded=()):
 
 def _node_types(node, in_types, n_out):
     """Output dtypes of ``node`` given input dtypes, from MXNet's inference (or None)."""
+    found = _node_inference(node, in_types, n_out)
+    return None if found is None else list(found[1])
+
+
+def _node_inference(node, in_types, n_out):
+    """``(input dtypes, output dtypes)`` of ``node`` given some input dtypes (None: unknown),
+    from MXNet's inference, or None where MXNet refuses them. Nodes of one op, attributes and
+    input dtypes are asked about once (a chain of a thousand relus is one question)."""
+    attrs = node.get("attrs", {})
+    key = (node["op"], tuple(sorted(attrs.items())),
+           tuple(None if t is None else dtypes.dtype_name(t) for t in in_types), n_out)
+    return _inference_of(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _inference_of(key):
+    op, attrs, in_types, n_out = key
     nodes = [{"op": "null", "name": "in%d" % k, "inputs": []} for k in range(len(in_types))]
-    nodes.append({"op": node["op"], "name": node["name"], "attrs": node.get("attrs", {}),
+    nodes.append({"op": op, "name": "node", "attrs": dict(attrs),
                   "inputs": [[k, 0, 0] for k in range(len(in_types))]})
     graph = Graph({"nodes": nodes, "arg_nodes": list(range(len(in_types))),
                    "heads": [[len(in_types), j, 0] for j in range(n_out)],
                    "attrs": {"mxnet_version": ["int", 10901]}})
-    known = {"in%d" % k: t for k, t in enumerate(in_types) if t is not None}
+    known = {"in%d" % k: dtypes.BFLOAT16 if t == "bfloat16" else np.dtype(t)
+             for k, t in enumerate(in_types) if t is not None}
     try:
-        _, outs, _ = infer_types(graph.to_symbol(), known)
+        args, outs, _ = infer_types(graph.to_symbol(), known)
     except (GraphTypeError, mx.base.MXNetError):
         return None
-    return outs
+    return tuple(args.get("in%d" % k) for k in range(len(in_types))), tuple(outs)
 
 
 def _fp32_params(nodes, forced, param_types):
@@ -267,7 +286,6 @@ def _amp_pass(sym, target, excluded, data_names, params, cast_optional, op_lists
 _REFUSED_NODE = (re.compile(r"Incompatible attr in node (\S+) at \d+-th"),
                  re.compile(r"in operator ([^\s:]+):"),
                  re.compile(r"Non-uniform data type in (\S+?)[,:.\s]"))
-_MAX_REFUSED = 1000
 
 
 def _refused_node(err, layers):
@@ -280,22 +298,99 @@ def _refused_node(err, layers):
     return None
 
 
+_MAX_PASSES = 16
+
+
+def _op_classes(target, op_lists):
+    """How MXNet's pass treats each op: ``(low, fp32, widest, conditional)``, the lists it
+    uses (``op_lists`` overrides the first, second and fourth, as in ``amp.convert_symbol``)."""
+    key = dtypes.amp_list_key(target)
+    op_lists = op_lists or {}
+    conditional = {}
+    for op, attr, values in (op_lists.get("conditional_fp32_ops")
+                             or amp.list_conditional_fp32_ops(key)):
+        conditional.setdefault(op, []).append((attr, set(values)))
+    return (set(op_lists.get("target_dtype_ops") or amp.list_lp16_ops(key)),
+            set(op_lists.get("fp32_ops") or amp.list_fp32_ops(key)),
+            set(amp.list_widest_type_cast(key)), conditional)
+
+
+def _predicted_refusals(graph, target, excluded, op_lists):
+    """The nodes MXNet's pass would stop on one after another, found in one walk.
+
+    MXNet's pass names one node per run where the graph it made does not type-check (an op
+    that follows its inputs' dtype, such as bfloat16's Concat, given bfloat16 and float32
+    inputs); keeping that node float32 and running it again costs a whole-graph pass per such
+    node. This walk follows the pass's rules in graph order (target-dtype ops cast their
+    floating inputs down, float32 ops and excluded nodes up, widest-type ops to the widest,
+    every other op takes what it is given) and asks MXNet's inference about each node, once
+    per kind of node: a node that takes what it is given and refuses it is kept float32, as
+    the pass's next run would keep it.
+
+    Returns
+    -------
+    list of str
+        The node names, in graph order.
+    """
+    low_ops, fp32_ops, widest_ops, conditional = _op_classes(target, op_lists)
+    low = dtypes.BFLOAT16 if target == "bfloat16" else FLOAT16
+    n_out = _output_counts(graph)
+    types, refused = {}, []
+    for i, node in enumerate(graph.nodes):
+        op, name = node["op"], node["name"]
+        if op == "null":
+            types[(i, 0)] = var_dtype(node)
+            continue
+        given = [types.get((src, out)) for src, out, _ in node["inputs"]]
+        floats = [t for t in given if dtypes.is_floating(t)]
+        attrs = node.get("attrs", {})
+        if name in excluded or op in fp32_ops or any(
+                attrs.get(attr) in values for attr, values in conditional.get(op, ())):
+            ins = [FLOAT32 if dtypes.is_floating(t) else t for t in given]
+        elif op in low_ops:
+            asked = _node_inference(node, [low] + [None] * (len(given) - 1), n_out.get(i, 1))
+            wanted = asked[0] if asked is not None else [low] * len(given)
+            ins = [low if dtypes.is_floating(t) and wanted[k] in (None, low) else t
+                   for k, t in enumerate(given)]
+        elif op in widest_ops and floats:
+            widest = FLOAT32 if any(t != low for t in floats) else low
+            ins = [widest if dtypes.is_floating(t) else t for t in given]
+        else:
+            ins = given
+        found = _node_inference(node, ins, n_out.get(i, 1))
+        if found is None and ins is given and len(floats) > 1:
+            refused.append(name)
+            found = _node_inference(node, [FLOAT32 if dtypes.is_floating(t) else t
+                                           for t in given], n_out.get(i, 1))
+        for j, t in enumerate(found[1] if found is not None else ()):
+            types[(i, j)] = t
+    return refused
+
+
 def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, op_lists):
     """MXNet's pass; where it stops on a node with mismatched inputs, that node is kept float32
     (``excluded_sym_names``: its inputs are cast up, as settling does) and the pass runs again.
 
-    Returns the pass's result and the nodes kept float32 that way (in the order met).
+    The nodes it would stop on are found first, in one walk (:func:`_predicted_refusals`), so
+    that one run usually does; a node the walk missed costs one more run, and at most
+    ``_MAX_PASSES`` runs are made.
+
+    Returns the pass's result and the nodes kept float32 that way (in graph order, then in
+    the order met).
     """
-    layers = {n["name"] for n in as_graph(sym).nodes if n["op"] != "null"}
-    refused = []
+    graph = as_graph(sym)
+    layers = {n["name"] for n in graph.nodes if n["op"] != "null"}
+    refused = _predicted_refusals(graph, target, set(excluded), op_lists)
+    passes = 0
     while True:
         try:
             return _amp_pass(sym, target, sorted(set(excluded) | set(refused)), data_names,
                              params, cast_optional, op_lists), refused
         except (AssertionError, ValueError, mx.base.MXNetError) as err:
+            passes += 1
             node = _refused_node(err, layers)
             if node is None or node in refused or node in excluded \
-                    or len(refused) >= _MAX_REFUSED:
+                    or passes >= _MAX_PASSES:
                 where = (" (at node %r, %s)" % (node, _op_of(sym, node))) if node else ""
                 raise ConversionError("MXNet cannot convert this graph%s: %s"
                                       % (where, errors.one_line(err))) from None

@@ -22,6 +22,7 @@ Graph, and :func:`as_graph` of that Symbol gives the same Graph back without MXN
 graph to JSON again. Dtypes are inferred on the Symbol's internal outputs, so asking for the
 dtype of any entry reads no JSON either.
 """
+import array
 import contextlib
 import ctypes
 import io
@@ -37,10 +38,12 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 from .dtypes import BFLOAT16, FLOAT32, dtype_name
 from .errors import one_line
 
-__all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_graph", "load_graph",
+__all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_graph", "graph_text",
+           "load_graph",
            "Rebuild",
            "inline_nodes",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
+           "attr_float", "attr_ints",
            "cast_node", "pin_variable_dtypes", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
 
@@ -445,8 +448,7 @@ def load_graph(graph):
     mxnet.symbol.Symbol
     """
     graph = graph.json if isinstance(graph, Graph) else graph
-    return mx.sym.load_json(json.dumps({k: v for k, v in graph.items() if k != "node_row_ptr"},
-                                       default=_plain))
+    return mx.sym.load_json(graph_text({k: v for k, v in graph.items() if k != "node_row_ptr"}))
 
 
 def _plain(value):
@@ -454,6 +456,23 @@ def _plain(value):
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError("%s is not JSON serializable" % type(value).__name__)
+
+
+def graph_text(graph):
+    """A graph dict as JSON text that MXNet's reader reads back as it was.
+
+    MXNet's reader knows no ``\\u`` escape ("unknown string escape \\u"): names in any
+    script (``réseau_conv0``, ``网络_conv0``) are written as they are, never escaped.
+
+    Parameters
+    ----------
+    graph : dict
+
+    Returns
+    -------
+    str
+    """
+    return json.dumps(graph, ensure_ascii=False, default=_plain)
 
 
 class Rebuild:
@@ -469,8 +488,8 @@ class Rebuild:
       dropped, and nothing may read it unless it is redirected);
     - :meth:`redirect`: readers of one old output read another new entry instead.
 
-    :meth:`graph` then gives the new :class:`Graph`: heads mapped, ``arg_nodes`` recomputed, the stale
-    ``node_row_ptr`` left out, other keys (``attrs``) kept.
+    :meth:`graph` then gives the new :class:`Graph`: heads and control dependencies mapped,
+    ``arg_nodes`` recomputed, the stale ``node_row_ptr`` left out, other keys (``attrs``) kept.
 
     Parameters
     ----------
@@ -512,12 +531,29 @@ class Rebuild:
         """Old node ``old_id``'s outputs are new node ``new_id``'s, output for output."""
         self._index[old_id] = new_id
 
+    def _node_for(self, old_id):
+        """The new node that stands for old node ``old_id`` (None: dropped)."""
+        if old_id in self._index:
+            return self._index[old_id]
+        where = self._where.get((old_id, 0))
+        return None if where is None else where[0]
+
     def redirect(self, old_entry, new_entry):
         """Readers of old ``(node, output)`` read new ``(node, output)`` instead."""
         self._where[(old_entry[0], old_entry[1])] = (new_entry[0], new_entry[1])
 
     def graph(self, heads=None):
-        """The new graph; ``heads`` (old entries) replaces the old graph's heads if given."""
+        """The new graph; ``heads`` (old entries) replaces the old graph's heads if given.
+
+        A node's ``control_deps`` hold old node indices (copied with the old node) and are
+        mapped to the new nodes that stand for them; a dependency on a dropped node is
+        dropped.
+        """
+        for k, node in enumerate(self.nodes):
+            if node.get("control_deps"):
+                self.nodes[k] = dict(node, control_deps=[
+                    new for new in (self._node_for(d) for d in node["control_deps"])
+                    if new is not None])
         out = {k: v for k, v in self.old.json.items() if k != "node_row_ptr"}
         out.update(nodes=self.nodes,
                    arg_nodes=[j for j, node in enumerate(self.nodes) if node["op"] == "null"],
@@ -584,13 +620,37 @@ def infer_types(sym, known):
     """
     names = set(sym.list_inputs())
     try:
-        arg_types, out_types, aux_types = sym.infer_type_partial(
-            **{n: t for n, t in known.items() if n in names})
+        arg_types, out_types, aux_types = _infer_type_partial(
+            sym, {n: t for n, t in known.items() if n in names and t is not None})
     except mx.base.MXNetError as err:
         raise GraphTypeError(one_line(err)) from None
     return ({n: _np(t) for n, t in zip(sym.list_arguments(), arg_types)},
             [_np(t) for t in out_types],
             {n: _np(t) for n, t in zip(sym.list_auxiliary_states(), aux_types)})
+
+
+def _infer_type_partial(sym, known):
+    """``sym.infer_type_partial(**known)``, bfloat16 included: MXNet's own method looks dtypes
+    up by their NumPy scalar type, which bfloat16 (a structured dtype) does not have, and so
+    silently drops a bfloat16 input from what it knows. A dtype MXNet has no code for stays
+    unknown, as there."""
+    keys, codes = [], []
+    for name, dtype in known.items():
+        try:
+            codes.append(int(dtype_code(dtype)))
+        except (KeyError, TypeError):  # no MXNet dtype (int16): unknown, as MXNet's method has it
+            continue
+        keys.append(name)
+    sizes = [mx.base.mx_uint() for _ in range(3)]
+    data = [ctypes.POINTER(ctypes.c_int)() for _ in range(3)]
+    complete = ctypes.c_int()
+    mx.base.check_call(mx.base._LIB.MXSymbolInferTypePartial(
+        sym.handle, mx.base.mx_uint(len(keys)), mx.base.c_str_array(keys),
+        mx.base.c_array_buf(ctypes.c_int, array.array("i", codes)),
+        ctypes.byref(sizes[0]), ctypes.byref(data[0]), ctypes.byref(sizes[1]),
+        ctypes.byref(data[1]), ctypes.byref(sizes[2]), ctypes.byref(data[2]),
+        ctypes.byref(complete)))
+    return tuple([_DTYPE_MX_TO_NP[data[k][i]] for i in range(sizes[k].value)] for k in range(3))
 
 
 def entry_dtypes(graph, entries, known):
@@ -648,6 +708,68 @@ def infer_shapes(sym, shapes, partial=False):
         return None
     return (dict(zip(sym.list_arguments(), arg)), out,
             dict(zip(sym.list_auxiliary_states(), aux)))
+
+
+def attr_float(value, default):
+    """A float attribute as MXNet's parser reads it: ``'0.001f'`` is 0.001.
+
+    Parameters
+    ----------
+    value : str or float or None
+        The attribute's text (None: not given).
+    default : float
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        When the text is no number (MXNet refuses it too, when it loads the graph).
+    """
+    if value is None:
+        return float(default)
+    text = str(value)
+    try:
+        return float(text)
+    except ValueError:
+        if text[-1:] not in ("f", "F"):
+            raise
+        return float(text[:-1])
+
+
+def attr_ints(value):
+    """A tuple attribute as MXNet's parser reads it: ``'(3L, 3L)'``, ``'[3,3]'``, ``'(3,)'``.
+
+    Parameters
+    ----------
+    value : str or tuple or None
+        The attribute's text (None: not given).
+
+    Returns
+    -------
+    tuple of (int or None), or None
+        None for ``'None'`` or an empty text; an element written ``None`` is None. A single
+        number (``'3'``) is a tuple of one, as MXNet reads it.
+
+    Raises
+    ------
+    ValueError
+        When an element is no integer (MXNet refuses it too, when it loads the graph).
+    """
+    if value is None or isinstance(value, (tuple, list)):
+        return None if value is None else tuple(value)
+    text = str(value).strip()
+    if text in ("", "None"):
+        return None
+    if text[:1] in "([" and text[-1:] in ")]":
+        text = text[1:-1]
+    items = [item.strip() for item in text.split(",")]
+    if items and not items[-1]:
+        items.pop()  # '(3,)'
+    return tuple(None if item == "None" else int(item[:-1] if item[-1:] == "L" else item)
+                 for item in items)
 
 
 def var_dtype(node, default=FLOAT32):

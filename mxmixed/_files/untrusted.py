@@ -18,6 +18,7 @@ import struct
 import numpy as np
 
 import mxnet as mx
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from .._core.dtypes import MXNET_CODES
 from .._core.errors import one_line
@@ -155,6 +156,9 @@ _DENIED_PREFIXES = {
             "crashes MXNet)",
 }
 _SUBGRAPH_OPS = ("_foreach", "_while_loop", "_cond")
+# what a variable's __dtype__ may say, as MXNet writes it: unknown (-1) or a dtype it knows
+# (float32 0 ... bool 7, bfloat16 12); MXNet's AMP pass looks any other code up and fails
+_DTYPE_CODES = tuple(str(code) for code in sorted(_DTYPE_MX_TO_NP))
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
 _PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
 _TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
@@ -313,11 +317,21 @@ class _GraphWalk:
                     type(d) is int and 0 <= d < index for d in deps):
                 raise self.bad("%sa control dependency of node %d is not a node before it"
                                % (where, index))
+            if deps:
+                raise self.bad("%snode %d (%r) has control dependencies: no export writes "
+                               "them, and MXNet's AMP pass copies them pointing into the "
+                               "unconverted graph" % (where, index, node["name"][:80]))
             named = "%snode %d (%s)" % (where, index, op[:80])
             attrs = self.attrs(node, named)
             if op == "null":
                 if node.get("inputs") or node.get("subgraphs"):
                     raise self.bad("%snode %d is a variable with inputs" % (where, index))
+                dtype = attrs.get("__dtype__")
+                if dtype is not None and dtype not in _DTYPE_CODES:
+                    raise self.bad("%svariable %d (%r) declares __dtype__=%r, which is none "
+                                   "of MXNet's dtype codes (%s)"
+                                   % (where, index, node["name"][:80], dtype[:40],
+                                      ", ".join(_DTYPE_CODES)))
                 counts.append(1)
                 continue
             why = _denied(op)

@@ -19,7 +19,7 @@ from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.devices import is_cpu
 from .._core.errors import one_line
-from .._core.graph import LOSS_OUTPUT_OPS, as_graph
+from .._core.graph import LOSS_OUTPUT_OPS, as_graph, attr_float
 from ._tracing import infer_shapes
 
 
@@ -51,7 +51,7 @@ def with_loss_scale(sym, scale):
     if scale == 1.0 or not any(n.op in LOSS_OUTPUT_OPS for n in graph.nodes):
         return sym
     return graph.with_attrs({
-        i: {"grad_scale": repr(float(node.attrs.get("grad_scale", 1.0)) * scale)}
+        i: {"grad_scale": repr(attr_float(node.attrs.get("grad_scale"), 1.0) * scale)}
         for i, node in enumerate(graph.nodes) if node.op in LOSS_OUTPUT_OPS}).to_symbol()
 
 

@@ -30,10 +30,10 @@ same gradient: round(mask * g) is mask * round(g). This holds only where each ro
 relu as its one neighbour (no other reader adds an unrounded gradient), and is checked so.
 Only a NaN's payload can differ (its low bits, which float16 cannot hold).
 """
-import ast
 import os
 
 from .._core.env import switch
+from .._core.graph import attr_ints
 from ._names import is_emulation_name, is_input_cast
 from ._round16 import round16_op
 
@@ -247,10 +247,9 @@ def _shaped_by_readers(nodes):
 
 def _unknown_dim(shape):
     try:
-        dims = ast.literal_eval(shape) if shape else ()
-    except (ValueError, SyntaxError):
+        dims = attr_ints(shape) or ()
+    except ValueError:
         return True  # a shape we cannot read: do not rely on it
-    dims = dims if isinstance(dims, (tuple, list)) else (dims,)
     return any(isinstance(d, int) and d <= 0 for d in dims)
 
 

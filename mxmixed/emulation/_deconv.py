@@ -11,23 +11,20 @@ kernel flipped. That is what this module builds, in float32, for the graph pass 
 NDArray wrappers alike; its forward and both gradients equal MXNet's float32 Deconvolution
 up to float32 summation order (checked in ``tests/emulation/test_deconvolution.py``).
 """
-import ast
-
 import mxnet as mx
 
-from .._core.graph import inline_nodes
+from .._core.graph import attr_ints, inline_nodes
 from ._names import emu_name
 
 __all__ = ["conv_form_applies", "deconvolution_as_convolution", "deconvolution_nodes"]
 
 
 def _ints(value, default, n):
-    if isinstance(value, str):
-        value = ast.literal_eval(value) if value.strip() not in ("", "None") else None
-    if value is None:
+    value = attr_ints(value) if isinstance(value, (str, tuple, list)) or value is None \
+        else (value,)
+    if not value:
         return (default,) * n
-    value = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    return tuple(int(v) for v in value) if value else (default,) * n
+    return tuple(default if v is None else int(v) for v in value)
 
 
 def conv_form_applies(attrs):

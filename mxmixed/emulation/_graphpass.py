@@ -14,14 +14,13 @@ whose inputs are float32 are left untouched: a float32 graph comes out unchanged
 The pass works on the JSON form of a Symbol, so it applies equally to a graph built in this
 process, one loaded from ``prefix-symbol.json`` and the graph of a hybridized Gluon block.
 """
-import ast
 from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
 import mxnet as mx
 import numpy as np
 
 from .._core.dtypes import FLOAT16, FLOAT32
-from .._core.graph import GraphTypeError, as_graph, cast_node, pin_variable_dtypes
+from .._core.graph import GraphTypeError, as_graph, attr_ints, cast_node, pin_variable_dtypes
 from .._core.params import is_param_name
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
@@ -97,9 +96,7 @@ def bias_shape(op, attrs):
     layout = attrs.get("layout")
     if op == "FullyConnected" or (layout not in (None, "None") and str(layout).endswith("C")):
         return None
-    kernel = attrs.get("kernel", "()")
-    kernel = ast.literal_eval(kernel) if isinstance(kernel, str) else kernel
-    rank = len(kernel) if isinstance(kernel, (tuple, list)) else 1
+    rank = len(attr_ints(attrs.get("kernel")) or ())
     return (-1,) + (1,) * rank
 
 

@@ -96,10 +96,13 @@ def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_nam
     if result.settled is not None:
         for name in result.widened:
             reasons.setdefault(name, "inputs must share a dtype")
+        kept = ("; kept float32, because their inputs come in %s and float32 and the op "
+                "computes in one dtype: %s" % (target, _names(result.widened))
+                if result.widened else "")
         notes.append("MXNet's AMP pass gave a graph that does not type-check (%s); inputs were "
-                     "cast around %d float32 layer(s) and %d op(s) with mixed input dtypes"
+                     "cast around %d float32 layer(s) and %d op(s) with mixed input dtypes%s"
                      % (result.settled, len(reasons) - len(result.widened),
-                        len(result.widened)))
+                        len(result.widened), kept))
     return result.symbol, result.arg_params, result.aux_params
 
 
@@ -250,6 +253,9 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         input_types = batch_types(split_batches(calibration, batch_size))
     input_types = {n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_names}
     notes = []
+    # calibration and validation compare with the model given, never with the folded one
+    given = (sym, arg32, aux32)
+    folded = []
     if options.fold_batchnorm:
         folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
                                                             keep=reasons)
@@ -282,8 +288,8 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
                      "values that are tiny in float32 stay normal in bfloat16")
     elif calibration is not None:
         start = time.perf_counter()
-        outputs = _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress,
-                             notes, input_types)
+        outputs = _calibrate(given, {conv: bn for bn, conv in folded}, report, calibration,
+                             batch_size, ctx, progress, notes, input_types)
         report.calibration_seconds = time.perf_counter() - start
     report.notes = notes + report.notes
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
@@ -341,18 +347,20 @@ def _check_batchnorm_float32(graph, arg_params, aux_params):
                               "needs them float32 (MXNet issue #17164)" % bad)
 
 
-def _calibrate(sym, arg32, aux32, report, calibration, batch_size, ctx, progress, notes,
+def _calibrate(model, folded, report, calibration, batch_size, ctx, progress, notes,
                input_types=None):
-    """Run the float32 model once on the calibration inputs; note float16 underflow.
+    """Run the float32 model given (``(sym, args, auxs)``, not folded) once on the calibration
+    inputs; note float16 underflow. ``folded`` maps each Convolution that a BatchNorm was
+    folded into to that BatchNorm, whose output the folded convolution computes.
 
     Returns the float32 outputs, which :func:`validate` can reuse as its reference.
     """
     names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
     # one sample at a time: every float16 layer's output is exposed, so the executor keeps
     # them all at once (SSD-512, 16 samples: 8.6 GB peak at batch 8, 2.2 GB at batch 1)
-    outputs, stats, _ = probe_layers(sym, arg32, aux32, names, split_batches(calibration, 1),
-                               default_ctx(ctx), progress, "calibrate: float32 run",
-                               input_types=input_types)
+    outputs, stats, _ = probe_layers(*model, [folded.get(n, n) for n in names],
+                                     split_batches(calibration, 1), default_ctx(ctx), progress,
+                                     "calibrate: float32 run", input_types=input_types)
     tiny, heads = underflow_layers(names, stats.peak, outputs)
     if tiny or heads:
         notes.append(underflow_note(tiny, heads, outputs))

@@ -12,14 +12,16 @@ pair costs accuracy: docs/bfloat16.md).
 A pair is folded only where nothing else can tell: the BatchNorm reads output 0 of a
 Convolution in a channels-first layout that no other node (nor a head) reads, it normalizes
 axis 1 and returns only its output, and the convolution's weight and bias and the BatchNorm's
-four params are variables that only these two nodes read (a weight shared by two layers is
-left alone). The converted model is for inference: a folded BatchNorm no longer learns.
+four params are variables that only these two nodes read, counted by name (a weight shared
+by two layers is left alone, also where each reads it through a variable node of its own).
+The converted model is for inference: a folded BatchNorm no longer learns.
 """
 import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import as_graph
+from .._core.convert import ConversionError
+from .._core.graph import as_graph, attr_float
 
 __all__ = ["fold_batchnorm"]
 
@@ -30,15 +32,29 @@ def _attr(node, key, default):
     return node.get("attrs", {}).get(key, default)
 
 
-def _variable(graph, entry, params):
+def _variable(graph, entry, params, shared):
     """The name of the variable at ``entry`` if it is in ``params`` and read only once."""
     node = graph.nodes[entry[0]]
-    if node["op"] != "null" or node["name"] not in params:
+    if node["op"] != "null" or node["name"] not in params or node["name"] in shared:
         return None
-    return node["name"] if len(graph.readers((entry[0], 0))) == 1 else None
+    return node["name"]
 
 
-def _foldable(graph, index, args, auxs, heads, keep):
+def _shared_names(graph, heads):
+    """Variable names read more than once in all, or returned as a head.
+
+    A param is bound by name: two variable nodes of one name read one array, so its readers
+    are counted per name, never per node.
+    """
+    reads = {}
+    for i, node in enumerate(graph.nodes):
+        if node["op"] == "null":
+            name = node["name"]
+            reads[name] = reads.get(name, 0) + len(graph.readers((i, 0))) + ((i, 0) in heads)
+    return {name for name, count in reads.items() if count != 1}
+
+
+def _foldable(graph, index, args, auxs, heads, keep, shared):
     """``(conv index, weight, bias or None, (gamma, beta, mean, var))`` or None."""
     bn = graph.nodes[index]
     if bn["op"] != "BatchNorm" or bn["name"] in keep or len(bn["inputs"]) != 5:
@@ -56,15 +72,31 @@ def _foldable(graph, index, args, auxs, heads, keep):
         return None
     if any(graph.readers((index, k)) or (index, k) in heads for k in (1, 2)):
         return None
-    names = [_variable(graph, e, args) for e in bn["inputs"][1:3]] + \
-            [_variable(graph, e, auxs) for e in bn["inputs"][3:5]]
-    weight = _variable(graph, conv["inputs"][1], args) if len(conv["inputs"]) > 1 else None
+    names = [_variable(graph, e, args, shared) for e in bn["inputs"][1:3]] + \
+            [_variable(graph, e, auxs, shared) for e in bn["inputs"][3:5]]
+    weight = (_variable(graph, conv["inputs"][1], args, shared)
+              if len(conv["inputs"]) > 1 else None)
     no_bias = str(_attr(conv, "no_bias", "False")).lower() in _TRUE
-    bias = None if no_bias else (_variable(graph, conv["inputs"][2], args)
+    bias = None if no_bias else (_variable(graph, conv["inputs"][2], args, shared)
                                  if len(conv["inputs"]) > 2 else None)
     if None in names or weight is None or (not no_bias and bias is None):
         return None
     return src, weight, bias, tuple(names)
+
+
+def _check_shapes(bn, conv, weight, params):
+    """One line where the pair's params do not fit together (MXNet could not run the pair).
+
+    ``params``: ``(name, NDArray)`` of the BatchNorm's four and the convolution's bias."""
+    channels = weight.shape[0] if weight.ndim else None
+    for name, value in params:
+        shape = tuple(value.shape)
+        if shape != (channels,):
+            raise ConversionError(
+                "cannot fold BatchNorm %r into Convolution %r: %s has the shape %s, and the "
+                "convolution's weight %s has %s output channels" % (
+                    bn["name"][:80], conv["name"][:80], name[:80], shape,
+                    tuple(weight.shape), channels))
 
 
 def _folded_params(bn, conv_params, bn_params):
@@ -73,7 +105,7 @@ def _folded_params(bn, conv_params, bn_params):
     gamma, beta, mean, var = (p.asnumpy().astype(np.float64) for p in bn_params)
     if str(_attr(bn, "fix_gamma", "True")).lower() in _TRUE:
         gamma = np.ones_like(gamma)
-    scale = gamma / np.sqrt(var + float(_attr(bn, "eps", "0.001")))
+    scale = gamma / np.sqrt(var + attr_float(_attr(bn, "eps", None), 0.001))
     w = weight.asnumpy().astype(np.float64)
     b = np.zeros_like(scale) if bias is None else bias.asnumpy().astype(np.float64)
     new_w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
@@ -114,9 +146,10 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
     graph = as_graph(graph)
     heads = {(src, out) for src, out, _ in graph.heads}
     keep = set(keep)
+    shared = _shared_names(graph, heads)
     pairs = {}
     for i in range(len(graph.nodes)):
-        found = _foldable(graph, i, arg_params, aux_params, heads, keep)
+        found = _foldable(graph, i, arg_params, aux_params, heads, keep, shared)
         if found is not None:
             pairs[found[0]] = (i,) + found[1:]
     if not pairs:
@@ -136,6 +169,10 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
             continue
         bn_index, weight, bias, (gamma, beta, mean, var) = pairs[i]
         bn = graph.nodes[bn_index]
+        _check_shapes(bn, node, args[weight],
+                      [(name, params[name]) for name, params in (
+                          (gamma, args), (beta, args), (mean, auxs), (var, auxs))]
+                      + ([(bias, args[bias])] if bias is not None else []))
         new_w, new_b = _folded_params(bn, (args[weight], args.get(bias)),
                                       (args[gamma], args[beta], auxs[mean], auxs[var]))
         conv = rebuild.mapped(node)

@@ -4,7 +4,7 @@ import json
 import mxnet as mx
 import pytest
 
-from mxmixed._core.graph import Graph, as_graph
+from mxmixed._core.graph import Graph, as_graph, cast_node, graph_text
 
 
 def _net():
@@ -84,3 +84,59 @@ def test_dtypes_are_kept_per_known_inputs():
     assert len(graph._dtypes) == 1
     graph.entry_dtypes(entries, {"data": "float32"})
     assert len(graph._dtypes) == 1
+
+
+def test_a_rebuild_maps_control_dependencies_to_the_nodes_they_named():
+    graph = Graph(_net())
+    add, relu = graph.index("add0"), graph.index("relu0")
+    graph.nodes[add]["control_deps"] = [relu]
+    new = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        if node["op"] != "null":  # a cast before every op: every index moves
+            new.add(cast_node(node["name"] + "_cast", "float32", new.entry(node["inputs"][0])))
+        new.place(i, new.add(new.mapped(node)))
+    nodes = new.graph().nodes
+    (dep,) = next(n for n in nodes if n["name"] == "add0")["control_deps"]
+    assert nodes[dep]["name"] == "relu0"
+
+
+def test_a_control_dependency_on_a_node_read_as_another_follows_it():
+    graph = Graph(_net())
+    graph.nodes[graph.index("add0")]["control_deps"] = [graph.index("relu0")]
+    new = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        if node["name"] == "relu0":
+            new.redirect((i, 0), new.entry(node["inputs"][0]))  # relu0 read as fc0
+            continue
+        new.place(i, new.add(new.mapped(node)))
+    nodes = new.graph().nodes
+    assert next(n for n in nodes if n["name"] == "add0")["control_deps"] == \
+        [next(j for j, n in enumerate(nodes) if n["name"] == "fc0")]
+
+
+def test_a_control_dependency_on_a_dropped_node_is_dropped():
+    graph = Graph(_net())
+    graph.nodes[graph.index("add0")]["control_deps"] = [graph.index("data")]
+    new = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        if node["name"] != "data":  # dropped: nothing reads it once fc0 is gone
+            new.place(i, new.add(dict(node, inputs=[])))
+    assert next(n for n in new.graph().nodes if n["name"] == "add0")["control_deps"] == []
+
+
+def test_names_in_any_script_survive_a_round_trip_through_mxnet():
+    x = mx.sym.var("données")
+    sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=2, name="réseau_fc"), name="网络_relu")
+    again = Graph(json.loads(sym.tojson())).to_symbol()
+    assert again.list_arguments() == ["données", "réseau_fc_weight", "réseau_fc_bias"]
+    assert again.get_internals().list_outputs()[-1] == "网络_relu_output"
+    assert "\\u" not in graph_text(Graph(sym).json)
+
+
+def test_type_inference_knows_a_bfloat16_input():
+    from mxmixed._core.dtypes import BFLOAT16
+    from mxmixed._core.graph import infer_types
+
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    args, outs, _ = infer_types(mx.sym.concat(a, b), {"a": BFLOAT16})
+    assert args == {"a": BFLOAT16, "b": BFLOAT16} and outs == [BFLOAT16]

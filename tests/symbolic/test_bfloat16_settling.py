@@ -113,3 +113,39 @@ def test_a_node_no_cast_can_settle_is_one_line_naming_it():
     assert _refused_node(err, {"yolov30_concat0"}) == "yolov30_concat0"
     assert _refused_node(err, {"other"}) is None
     assert issubclass(ConversionError, ValueError)
+
+
+def _many_refused(n):
+    """n Concats, each of a FullyConnected (bfloat16) and an exp (float32, on bfloat16's
+    float32 list): MXNet's pass stops on each Concat, one per run."""
+    x = mx.sym.var("data")
+    for i in range(n):
+        both = mx.sym.concat(mx.sym.FullyConnected(x, num_hidden=4, name="fc%d" % i),
+                             mx.sym.exp(x, name="exp%d" % i), dim=1, name="cat%d" % i)
+        x = mx.sym.slice_axis(both, axis=1, begin=0, end=4, name="slice%d" % i)
+    return x
+
+
+def test_a_graph_of_many_refused_nodes_settles_in_one_run_of_mxnets_pass(monkeypatch):
+    from mxmixed._core import convert as core
+
+    n = 40
+    sym = _many_refused(n)
+    arg_shapes, _, _ = sym.infer_shape(data=(2, 4))
+    rng = np.random.RandomState(0)
+    args = {name: mx.nd.array(rng.uniform(-1, 1, shape))
+            for name, shape in zip(sym.list_arguments(), arg_shapes) if name != "data"}
+    runs = []
+    amp_pass = core._amp_pass
+    monkeypatch.setattr(core, "_amp_pass", lambda *a, **k: runs.append(a[2]) or amp_pass(*a, **k))
+    model = symbolic.convert(sym, args, {}, target_dtype="bfloat16")
+    assert len(runs) == 2  # the fast path, then one run with every Concat kept float32
+    assert sorted(runs[1]) == sorted("cat%d" % i for i in range(n))
+    reasons = {name: reason for name, _, reason in model.report.fp32_layers}
+    assert all(reasons["cat%d" % i] == "inputs must share a dtype" for i in range(n))
+    assert model.report.count("FullyConnected", "bfloat16") == n
+    (note,) = [note for note in model.report.notes if "does not type-check" in note]
+    assert "kept float32" in note and "cat0, cat1, cat2, ... (%d more)" % (n - 3) in note
+    X = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    report = symbolic.validate((sym, args, {}), model, X, progress=False)
+    assert report.samples == 3 and report.passes(0.05), report

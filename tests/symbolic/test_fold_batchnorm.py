@@ -190,3 +190,84 @@ def test_bfloat16_conversion_folds_by_default_and_keeps_the_unfused_accuracy(tmp
         errors[flag] = float(np.abs(got - ref).max() / np.abs(ref).max())
     assert errors["--fold-bn"] <= 0.01
     assert errors["--fold-bn"] <= 1.5 * errors["--no-fold-bn"], errors
+
+
+def _shared_through_two_variable_nodes():
+    """conv -> BatchNorm, and a second convolution whose weight is another variable node of
+    the same name: MXNet binds both nodes to the one array ``w``."""
+    data = mx.sym.var("data")
+    a = mx.sym.Convolution(data, weight=mx.sym.var("w"), num_filter=4, kernel=(3, 3),
+                           no_bias=True, name="conv_a")
+    b = mx.sym.Convolution(data, weight=mx.sym.var("w"), num_filter=4, kernel=(3, 3),
+                           no_bias=True, name="conv_b")
+    other = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), no_bias=True, name="conv_c")
+    return mx.sym.Group([_bn(a, "bn_a") + b, _bn(other, "bn_c")])
+
+
+def _group_outputs(sym, args, auxs, x):
+    """The outputs, run as Gluon runs a graph: its params bound by name (a plain
+    ``Symbol.bind`` refuses a graph with two variable nodes of one name)."""
+    block = gluon.SymbolBlock(sym, mx.sym.var("data"))
+    for name, param in block.collect_params().items():
+        param._load_init(args[name] if name in args else auxs[name], mx.cpu())
+    return [o.asnumpy() for o in block(x)]
+
+
+def test_a_weight_shared_through_two_variable_nodes_of_one_name_is_not_folded():
+    sym = _shared_through_two_variable_nodes()
+    assert sum(n["name"] == "w" for n in Graph(sym).nodes) == 2
+    args, auxs = _params(sym)
+    graph, args2, auxs2, folded = fold_batchnorm(sym, args, auxs)
+    assert folded == [("bn_c", "conv_c")]
+    x = mx.nd.array(np.random.RandomState(2).uniform(-1, 1, (2, 3, 8, 8)))
+    for ref, got in zip(_group_outputs(sym, args, auxs, x),
+                        _group_outputs(graph.to_symbol(), args2, auxs2, x)):
+        assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_validation_compares_with_the_model_given_not_the_folded_one(monkeypatch):
+    from mxmixed.symbolic import _conversion
+
+    sym = _shared_through_two_variable_nodes()
+    args, auxs = _params(sym)
+    x = np.random.RandomState(2).uniform(-1, 1, (4, 3, 8, 8)).astype(np.float32)
+    fold = _conversion.fold_batchnorm
+
+    def wrong_fold(*a, **k):  # a fold that changes what the model computes
+        graph, args2, auxs2, folded = fold(*a, **k)
+        return graph, {n: v * 2 if n.startswith("conv") else v for n, v in args2.items()}, \
+            auxs2, folded
+
+    monkeypatch.setattr(_conversion, "fold_batchnorm", wrong_fold)
+    model = symbolic.convert(sym, args, auxs, calibration=x,
+                             options=ConvertOptions(fold_batchnorm=True))
+    given = _group_outputs(sym, args, auxs, mx.nd.array(x))
+    for ref, got in zip(given, model.calibration_outputs):
+        assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max()
+    report = symbolic.validate((sym, args, auxs), model, x, progress=False,
+                               reference=model.calibration_outputs)
+    assert not report.passes(0.05), report
+
+
+def test_batchnorm_params_that_disagree_with_the_channels_are_refused_in_one_line():
+    _, conv = _pair_graph()
+    sym = _bn(conv, "bn")
+    args, auxs = _params(sym)
+    auxs["bn_moving_var"] = mx.nd.ones((3,))
+    with pytest.raises(symbolic.ConversionError,
+                       match=r"cannot fold BatchNorm 'bn' into Convolution 'conv': "
+                             r"bn_moving_var has the shape \(3,\)"):
+        fold_batchnorm(sym, args, auxs)
+
+
+def test_an_epsilon_written_as_mxnet_writes_floats_is_read_as_mxnet_reads_it():
+    _, conv = _pair_graph()
+    args, auxs = _params(_bn(conv, "bn"))
+    x = mx.nd.array(np.random.RandomState(2).uniform(-1, 1, (2, 3, 8, 8)))
+    folded = {}
+    for eps in ("0.25f", "0.25"):
+        sym = _bn(conv, "bn", eps=eps)
+        graph, args2, auxs2, _ = fold_batchnorm(sym, args, auxs)
+        folded[eps] = _run(graph.to_symbol(), args2, auxs2, x)
+        ref = _run(sym, args, auxs, x)
+        assert np.abs(folded[eps] - ref).max() <= 1e-5 * np.abs(ref).max()
