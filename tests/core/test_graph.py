@@ -89,7 +89,7 @@ def test_dtypes_are_kept_per_known_inputs():
 def test_a_rebuild_maps_control_dependencies_to_the_nodes_they_named():
     graph = Graph(_net())
     add, relu = graph.index("add0"), graph.index("relu0")
-    graph.nodes[add]["control_deps"] = [relu]
+    graph = graph.with_nodes({add: dict(graph.nodes[add], control_deps=[relu])})
     new = graph.rebuild()
     for i, node in enumerate(graph.nodes):
         if node["op"] != "null":  # a cast before every op: every index moves
@@ -102,7 +102,8 @@ def test_a_rebuild_maps_control_dependencies_to_the_nodes_they_named():
 
 def test_a_control_dependency_on_a_node_read_as_another_follows_it():
     graph = Graph(_net())
-    graph.nodes[graph.index("add0")]["control_deps"] = [graph.index("relu0")]
+    add = graph.index("add0")
+    graph = graph.with_nodes({add: dict(graph.nodes[add], control_deps=[graph.index("relu0")])})
     new = graph.rebuild()
     for i, node in enumerate(graph.nodes):
         if node["name"] == "relu0":
@@ -116,7 +117,8 @@ def test_a_control_dependency_on_a_node_read_as_another_follows_it():
 
 def test_a_control_dependency_on_a_dropped_node_is_dropped():
     graph = Graph(_net())
-    graph.nodes[graph.index("add0")]["control_deps"] = [graph.index("data")]
+    add = graph.index("add0")
+    graph = graph.with_nodes({add: dict(graph.nodes[add], control_deps=[graph.index("data")])})
     new = graph.rebuild()
     for i, node in enumerate(graph.nodes):
         if node["name"] != "data":  # dropped: nothing reads it once fc0 is gone
