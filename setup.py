@@ -51,6 +51,11 @@ setup(
         # benchmark; mxmixed itself never imports it. Its sdist compiles a Cython extension:
         # install cython and wheel first, then this extra with --no-build-isolation (the Makefile)
         "nlp": ["gluonnlp==0.10.0"],
+        # Horovod over gloo (docs/distributed.md): its sdist compiles against the MXNet already
+        # installed, so it goes in after the cpu extra, with --no-build-isolation and
+        # HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 (the Makefile);
+        # mxmixed imports it only in mxmixed.distributed
+        "horovod": ["horovod==0.28.1"],
     },
     entry_points={"console_scripts": ["mxmixed=mxmixed.cli:main"]},
     classifiers=[

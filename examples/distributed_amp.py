@@ -11,6 +11,13 @@ names the culprit instead of blocking forever, as MXNet's local launcher does)::
 
     python examples/distributed_amp.py --launch-local 2 --servers 1 --timeout 300 --steps 40
 
+Under Horovod (``pip install "mxmixed[horovod]"``; the Makefile builds it with gloo), each
+rank runs this script with ``--kvstore horovod``; ``hvd.DistributedTrainer`` averages the
+gradients with an allreduce instead of a kvstore::
+
+    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 \\
+        python examples/distributed_amp.py --kvstore horovod --steps 40
+
 The same global batch in a single process, split over N CPU contexts as N workers would split
 it (the reference the distributed run must equal)::
 
@@ -36,8 +43,9 @@ WRAPPER_FLAGS = {"--launch-local": 1, "--servers": 1, "--timeout": 1}
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kvstore", default="dist_sync",
-                        choices=("dist_sync", "dist_device_sync", "device", "local"),
-                        help="dist_*: under a launcher; device/local: one process (see --shards)")
+                        choices=("dist_sync", "dist_device_sync", "horovod", "device", "local"),
+                        help="dist_*: under a launcher; horovod: under horovodrun; device/local: "
+                             "one process (see --shards)")
     parser.add_argument("--shards", type=int, default=1,
                         help="single process only: split the global batch over this many CPU "
                              "contexts, as that many workers would")
@@ -51,6 +59,12 @@ def build_parser():
     parser.add_argument("--clip", type=float, default=None,
                         help="clip the global norm of the true gradients, summed over workers")
     parser.add_argument("--checkpoint", default=None, help="rank 0 writes it at the end")
+    parser.add_argument("--checkpoint-at", type=int, default=None, metavar="STEP",
+                        help="write --checkpoint after STEP steps instead of at the end")
+    parser.add_argument("--resume", default=None, metavar="CHECKPOINT",
+                        help="every rank loads it and goes on from its step, to --steps")
+    parser.add_argument("--compression", default="none", choices=("none", "fp16"),
+                        help="horovod: hvd.Compression for the allreduce")
     parser.add_argument("--report", default=None,
                         help="folder: each rank writes rank<r>.json and rank<r>.params there")
     parser.add_argument("--plant-overflow", default=None, metavar="RANK:STEP",
@@ -117,17 +131,30 @@ def train(args):
     from mxmixed import distributed
     from mxmixed.tutorial import digits_arrays, digits_cnn
 
-    distributed.check_launched(args.kvstore)
-    dist = distributed.is_distributed(args.kvstore)
+    hvd = None
+    if args.kvstore == "horovod":
+        import horovod.mxnet as hvd  # after MXNet; it puts libmxnet.so in the global namespace
+
+        hvd.init()
+    elif args.compression != "none":
+        raise ValueError("--compression is for --kvstore horovod")
+    else:
+        distributed.check_launched(args.kvstore)
+    dist = hvd is not None or distributed.is_distributed(args.kvstore)
     if dist and args.shards != 1:
         raise ValueError("--shards is for a single process; under the launcher, -n sets the "
                          "number of workers")
     if args.steps < 1 or args.batch_size < 1 or args.shards < 1:
         raise ValueError("--steps, --batch-size and --shards must be at least 1")
-    kv = mx.kv.create(args.kvstore)
-    if dist:
-        distributed.announce(kv)
-    my_rank, workers = distributed.rank(kv), distributed.num_workers(kv)
+    if hvd is not None:
+        kv = None
+        my_rank, workers = hvd.rank(), hvd.size()
+        print("[rank %d/%d] pid %d" % (my_rank, workers, os.getpid()), flush=True)
+    else:
+        kv = mx.kv.create(args.kvstore)
+        if dist:
+            distributed.announce(kv)
+        my_rank, workers = distributed.rank(kv), distributed.num_workers(kv)
     parts = workers if dist else args.shards
     ctxs = [mx.cpu()] if dist else [mx.cpu(i) for i in range(parts)]
     mine = [my_rank] if dist else list(range(parts))  # the slices of each global batch here
@@ -139,23 +166,41 @@ def train(args):
     mxmixed.init()  # AMP before the net is built; float16 is emulated on CPU
     net = digits_cnn(seed=args.seed, ctx=ctxs)
     net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": args.lr, "momentum": args.momentum},
-                            kvstore=kv, update_on_kvstore=False)
+    optimizer_params = {"learning_rate": args.lr, "momentum": args.momentum}
+    if hvd is not None:
+        hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", optimizer_params,
+                                         compression=getattr(hvd.Compression,
+                                                             args.compression))
+    else:
+        trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv,
+                                update_on_kvstore=False)
+    # after DistributedTrainer, which divides the Trainer's scale by the number of ranks
     scaler = mxmixed.init_trainer(trainer, mxmixed.LossScaler(init_scale=args.init_scale))
-    # Broadcast rank 0's initial weights now and wait: Gluon would do it inside the first step,
-    # unordered with the first gradient push, which can corrupt a worker's weights.
-    distributed.init_kvstore(trainer)
+    if hvd is None:
+        # Broadcast rank 0's initial weights now and wait: Gluon would do it inside the first
+        # step, unordered with the first gradient push, which can corrupt a worker's weights.
+        distributed.init_kvstore(trainer)
+    start = 0
+    if args.resume:
+        start = int(mxmixed.checkpoint.load(args.resume, net, trainer)["step"])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     X_all, y_all, _, _ = digits_arrays(seed=args.seed)
     global_batch = args.batch_size * parts
+    # the kvstore sums the gradients (divide by the global batch); Horovod averages (the local)
+    step_batch = args.batch_size if hvd is not None else global_batch
     batches = global_batches(len(y_all), global_batch, args.seed)
+    for _ in range(start):  # the batches the checkpoint's steps took
+        next(batches)
     log = {"rank": my_rank, "task_id": distributed.launcher_env()["task_id"],
            "num_workers": workers, "kvstore": args.kvstore, "shards": parts,
-           "applied": [], "scales": [], "losses": []}
+           "applied": [], "scales": [], "losses": [], "start": start,
+           "emulation": mxmixed.emulation.describe()}
+    # whom save_checkpoint asks for the rank: the kvstore, Horovod's rank, or none
+    ckpt_kvstore = (kv if hvd is None else my_rank) if dist else None
     tag = "[rank %d/%d]" % (my_rank, workers) if dist else "[single process, %d shards]" % parts
-    for step_no in range(args.steps):
+    for step_no in range(start, args.steps):
         idx = next(batches)
         shards = [(mx.nd.array(X_all[idx[r * args.batch_size:(r + 1) * args.batch_size]],
                                ctx=ctx),
@@ -175,10 +220,10 @@ def train(args):
             # the reduction would clip each worker's own gradients by its own factor.
             trainer.allreduce_grads()
             mxmixed.clip_global_norm(trainer, args.clip)
-            trainer.update(global_batch)
+            trainer.update(step_batch)
             applied = not scaler.last_step_skipped
         else:
-            applied = mxmixed.step(trainer, global_batch)
+            applied = mxmixed.step(trainer, step_batch)
         loss = float(np.mean([l.mean().asscalar() for l in losses]))
         log["applied"].append(bool(applied))
         log["losses"].append(loss)
@@ -186,6 +231,8 @@ def train(args):
             print("%s step %d loss %.4f loss scale %g%s" % (
                 tag, step_no, loss, log["scales"][-1], "" if applied else " SKIPPED (overflow)"),
                 flush=True)
+        if args.checkpoint and step_no + 1 == args.checkpoint_at:
+            save(args, net, trainer, ckpt_kvstore, step_no + 1, tag)
 
     log["scaler"] = scaler.state_dict()
     if args.report:
@@ -196,15 +243,20 @@ def train(args):
                        {name: param.data(ctx) for name, param in named.items()})
         with open(os.path.join(args.report, "rank%d.json" % my_rank), "w") as fileobj:
             json.dump(log, fileobj)
-    if args.checkpoint:
-        wrote = distributed.save_checkpoint(args.checkpoint, net, trainer,
-                                            extra={"step": args.steps},
-                                            kvstore=kv if dist else None)
-        if wrote:
-            print("%s wrote checkpoint %s" % (tag, args.checkpoint), flush=True)
+    if args.checkpoint and args.checkpoint_at is None:
+        save(args, net, trainer, ckpt_kvstore, args.steps, tag)
     print("%s done: %d steps, %d skipped, loss scale %g" % (
         tag, scaler.steps, scaler.skipped_steps, scaler.loss_scale), flush=True)
     return 0
+
+
+def save(args, net, trainer, kvstore, steps, tag):
+    """Rank 0 writes the checkpoint, atomically; every rank waits for it."""
+    from mxmixed import distributed
+
+    if distributed.save_checkpoint(args.checkpoint, net, trainer, extra={"step": steps},
+                                   kvstore=kvstore):
+        print("%s wrote checkpoint %s" % (tag, args.checkpoint), flush=True)
 
 
 def main(argv=None):

@@ -171,8 +171,9 @@ def save_checkpoint(path: Union[str, "os.PathLike[str]"], net: "mx.gluon.Block",
         The job's distributed kvstore, or this process's rank as an int (Horovod:
         ``hvd.rank()``). None: a single process, which writes.
     barrier : bool, default True
-        Call the kvstore's global barrier after writing (distributed kvstores only; Horovod
-        users call ``hvd.allreduce`` on a dummy array, or nothing).
+        Then wait for every worker: the kvstore's global barrier, or, with a rank under an
+        initialized Horovod (``horovod.mxnet`` imported by the script), an allreduce of one
+        number over all ranks.
 
     Returns
     -------
@@ -192,7 +193,23 @@ def save_checkpoint(path: Union[str, "os.PathLike[str]"], net: "mx.gluon.Block",
     if mine == 0:
         checkpoint.save(path, net, trainer=trainer, scaler=scaler, extra=extra)
         wrote = True
-    if barrier and kvstore is not None and not isinstance(kvstore, int) \
+    if barrier and isinstance(kvstore, int) and not isinstance(kvstore, bool):
+        _horovod_barrier()
+    elif barrier and kvstore is not None and not isinstance(kvstore, int) \
             and is_distributed(kvstore):
         kvstore._barrier()
     return wrote
+
+
+def _horovod_barrier():
+    """Wait for every rank of an initialized Horovod job; nothing when there is none.
+
+    Horovod's MXNet API has no barrier: a blocking allreduce of one number stands for it. Only
+    a script that imported ``horovod.mxnet`` itself gets here: mxmixed never imports it.
+    """
+    hvd = sys.modules.get("horovod.mxnet")
+    if hvd is None or not hvd.is_initialized() or hvd.size() == 1:
+        return
+    import mxnet as mx
+
+    hvd.allreduce(mx.nd.zeros((1,)), name="mxmixed.distributed.barrier").wait_to_read()

@@ -222,7 +222,7 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         is replaced by one whose ``status`` is ``"running"`` (with this run's ``run_id``), so
         that an earlier run's report is never taken for this one's, even if this process is
         killed; at the end ``status`` is ``"finished"`` or ``"interrupted"`` (SIGINT,
-        SIGTERM).
+        SIGTERM). Under ``horovodrun``, rank k > 0 writes ``NAME.rank<k>.EXT`` instead.
     emulation : bool, default True
         Switch the CPU float16 emulation on in ``auto`` mode (only when no GPU is visible).
         False runs the script as plain MXNet, as a baseline. Ignored with ``amp``.
@@ -245,7 +245,7 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
     from ..diagnostics.steps import StepRecorder
     from ..training._amp import amp_scope
 
-    report = os.path.abspath(report) if report else None  # the script may chdir
+    report = _report_of_rank(os.path.abspath(report)) if report else None  # the script may chdir
     refusal = _refusal(script, report, amp)
     if refusal:  # found before the script runs, not after an hour of training
         print("mxmixed run: error: %s" % refusal, file=sys.stderr)
@@ -281,6 +281,21 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
                  outcome["exit_code"], "; the report says so: %s" % report if report else ""),
               file=sys.stderr)
     return outcome["exit_code"]
+
+
+def _report_of_rank(report, environ=None):
+    """Where this process writes ``report``: under ``horovodrun`` (``HOROVOD_RANK`` of a job of
+    ``HOROVOD_SIZE`` > 1) rank k > 0 writes ``NAME.rank<k>.EXT`` beside rank 0's ``NAME.EXT``,
+    so that no rank overwrites another's."""
+    env = os.environ if environ is None else environ
+    try:
+        rank, size = int(env.get("HOROVOD_RANK", "0")), int(env.get("HOROVOD_SIZE", "1"))
+    except ValueError:
+        return report
+    if size < 2 or rank < 1:
+        return report
+    stem, ext = os.path.splitext(report)
+    return "%s.rank%d%s" % (stem, rank, ext)
 
 
 def _refusal(script, report, amp):

@@ -29,6 +29,11 @@ kept, NaN kept), in plain C++ with no AVX-512 and no bfloat16 tensor. It is the 
 bfloat16 emulation that validates a bfloat16 model where MXNet's bfloat16 cannot run
 (:mod:`mxmixed.symbolic._bfloat16_emulation`).
 
+Each library exports only what its loader needs (MXNet's ``MXLIB_*_STR`` entry points of
+``lib_api.h``; the ``mxmixed_round16_*`` functions of the oneDNN-layout compute) and binds
+everything else inside itself, so that a ``libmxnet.so`` in the global namespace (Horovod's
+``RTLD_GLOBAL``) cannot lend it its own build of the extension API.
+
 A library is loaded only when it is whole and ours. The cache folder must belong to this
 user and be writable by nobody else (else the library is built in a private temporary folder,
 with a warning; the default folder of this user only loses its group and other write bits).
@@ -52,6 +57,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -197,11 +203,38 @@ def _private_folder(refused, why):
     return _PRIVATE[refused]
 
 
-def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
+def _version_script(exports):
+    """A linker version script that exports the symbols (or glob patterns) ``exports`` only."""
+    return "{\n  global:\n%s  local: *;\n};\n" % "".join("    %s;\n" % name for name in exports)
+
+
+def _loader_entry_points(lib_api_h):
+    """The C functions MXNet's library loader looks up, as ``lib_api.h`` names them.
+
+    Raises
+    ------
+    RuntimeError
+        When the header names none (not MXNet's extension API as this module knows it).
+    """
+    with open(lib_api_h) as handle:
+        names = re.findall(r'^#define MXLIB_\w+_STR "(\w+)"', handle.read(), re.MULTILINE)
+    if not names:
+        raise RuntimeError("%s names no entry points of the library loader (MXLIB_*_STR)"
+                           % lib_api_h)
+    return sorted(set(names))
+
+
+def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", exports=()):
     """The path of a library built from ``sources``, whole and ours, in ``target_dir``.
 
-    The file's name holds a hash of the sources, the ``keyed`` files, ``key_text``, the flags,
-    the compiler and the CPU's flags. A library already there is used when it matches the
+    Only the symbols ``exports`` (names or glob patterns) are exported, through a linker
+    version script; everything else the library defines is bound inside it. Without that,
+    a ``libmxnet.so`` already in the global namespace (Horovod loads its MXNet library with
+    ``RTLD_GLOBAL``) exports its own build of MXNet's extension API, the dynamic linker binds
+    the library's references to those, and the library's static initialiser crashes.
+
+    The file's name holds a hash of the sources, the ``keyed`` files, ``key_text``, the
+    exports, the flags, the compiler and the CPU's flags. A library already there is used when it matches the
     size and sha256 recorded at its build; else it is built again (a warning says when one was
     there but damaged). A folder of another user, or one that others can write, is not built
     in: a private temporary folder is (one warning).
@@ -214,7 +247,8 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
     for path in list(sources) + list(keyed):
         with open(path, "rb") as handle:
             key.update(handle.read())
-    for text in (compiler, " ".join(sorted(cpu_flags() or ())), " ".join(flags), key_text):
+    for text in (compiler, " ".join(sorted(cpu_flags() or ())), " ".join(flags), key_text,
+                 _version_script(exports) if exports else ""):
         key.update(text.encode())
     default = target_dir is None and not os.environ.get(CACHE_DIR)
     target_dir = os.path.abspath(target_dir or _cache_dir())
@@ -230,7 +264,7 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
         if damage is None:
             return path
         try:
-            _build_into(path, compiler, cxx, sources, flags)
+            _build_into(path, compiler, cxx, sources, flags, exports=exports)
         except RuntimeError as err:
             if damage:
                 raise RuntimeError("the cached library is damaged or not ours (%s), and "
@@ -244,11 +278,18 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text=""):
     return path
 
 
-def _build_into(path, compiler, cxx, sources, flags):
-    """Compile under a temporary name, record size and sha256, then rename into ``path``."""
+def _build_into(path, compiler, cxx, sources, flags, exports=()):
+    """Compile under a temporary name, record size and sha256, then rename into ``path``.
+
+    With ``exports``, a version script beside it (removed after) exports only those symbols.
+    """
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
     os.close(fd)
+    script = tmp[:-len(".so")] + ".map"
     try:
+        if exports:
+            _write_own(script, _version_script(exports).encode(), 0o600)
+            flags = list(flags) + ["-Wl,--version-script=" + script]
         proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
                                "-march=native", "-fopenmp"] + list(sources) + flags + ["-o", tmp],
                               capture_output=True, text=True)
@@ -261,8 +302,9 @@ def _build_into(path, compiler, cxx, sources, flags):
         _write_own(_record_of(path), (json.dumps(record) + "\n").encode(), 0o644)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for leftover in (tmp, script):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 def build(target_dir=None, cxx=None, layouts=False):
@@ -296,9 +338,9 @@ def build(target_dir=None, cxx=None, layouts=False):
     include = os.path.join(_mxnet_dir(), "include")
     if not layouts:
         lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
-        return _compile("round16", [SOURCE, lib_api],
-                        [KERNEL, os.path.join(include, "mxnet", "lib_api.h")],
-                        ["-I" + include], target_dir, cxx)
+        header = os.path.join(include, "mxnet", "lib_api.h")
+        return _compile("round16", [SOURCE, lib_api], [KERNEL, header], ["-I" + include],
+                        target_dir, cxx, exports=_loader_entry_points(header))
     libmxnet = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",
              "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
@@ -306,7 +348,8 @@ def build(target_dir=None, cxx=None, layouts=False):
              "-L" + _mxnet_dir(), "-l:libmxnet.so", "-Wl,-rpath," + _mxnet_dir(),
              "-Wno-deprecated-declarations", "-Wno-attributes"]
     return _compile("round16-onednn", [LAYOUT_SOURCE], [KERNEL], flags, target_dir, cxx,
-                    key_text="libmxnet.so %d %d" % (libmxnet.st_size, libmxnet.st_mtime_ns))
+                    key_text="libmxnet.so %d %d" % (libmxnet.st_size, libmxnet.st_mtime_ns),
+                    exports=["mxmixed_round16_*"])
 
 
 def load(path):

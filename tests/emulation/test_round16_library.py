@@ -28,7 +28,7 @@ OTHER_UID = 4242
 
 def fake_build(monkeypatch, calls):
     """Builds that only write a small file: the folder and record logic without a compiler."""
-    def build_into(path, compiler, cxx, sources, flags):
+    def build_into(path, compiler, cxx, sources, flags, exports=()):
         calls.append(path)
         tmp = path + ".new"
         with open(tmp, "wb") as handle:
@@ -164,7 +164,7 @@ def test_a_damaged_library_that_cannot_be_rebuilt_is_refused(monkeypatch, tmp_pa
     path = build_here(tmp_path)
     os.truncate(path, 4)
 
-    def fail(*args):
+    def fail(*args, **kwargs):
         raise RuntimeError("g++ failed: no space left")
 
     monkeypatch.setattr(_round16, "_build_into", fail)

@@ -1,0 +1,52 @@
+"""The rounding library works in a process that has ``libmxnet.so`` in its global namespace.
+
+Horovod's MXNet module loads its library with ``RTLD_GLOBAL``, which puts its dependency
+``libmxnet.so`` in the global namespace. ``libmxnet.so`` exports its own build of MXNet's
+extension API (``mxnet::ext::``, built with the other ``std::string`` ABI), and the rounding
+library once exported every ``mxnet::ext::`` symbol it defined: the dynamic linker bound its
+references to libmxnet's, and its static initialiser died with SIGSEGV inside ``MXLoadLib``.
+The library now exports only the loader's entry points. Each run is a fresh interpreter with a
+fresh cache folder (so the library is built by the code under test), bounded by a timeout.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from .test_round16_library import STEP
+
+# What horovod.mxnet does before mxmixed runs: import MXNet, then load a library with
+# RTLD_GLOBAL whose dependency is libmxnet.so (here: libmxnet.so itself).
+GLOBAL_LIBMXNET = r"""
+import ctypes, os
+import mxnet
+ctypes.CDLL(os.path.join(os.path.dirname(mxnet.__file__), "libmxnet.so"), mode=ctypes.RTLD_GLOBAL)
+"""
+# The oneDNN-layout compute (the second library) ran on blocked arrays.
+CHECKS = r"""
+print("BLOCKED %d" % _round16.blocked_calls())
+"""
+TIMEOUT = 600  # a build of both libraries and one step take about 30 s on 2 busy cores
+
+
+def run_step(cache, global_libmxnet):
+    code = (GLOBAL_LIBMXNET if global_libmxnet else "") + STEP + CHECKS
+    env = dict(os.environ, PYTHONPATH=ROOT, MXMIXED_CACHE_DIR=str(cache),
+               MXMIXED_EMULATION_KEEP_LAYOUTS="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=TIMEOUT)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    return proc, lines
+
+
+@pytest.mark.slow
+def test_the_rounding_op_loads_and_rounds_after_libmxnet_went_global(tmp_path):
+    proc, lines = run_step(tmp_path / "global", global_libmxnet=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert lines["STATUS"] == "built and loaded; keeps oneDNN layouts"
+    assert int(lines["BLOCKED"]) > 0
+    reference, ref_lines = run_step(tmp_path / "local", global_libmxnet=False)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert lines["DIGEST"] == ref_lines["DIGEST"]
