@@ -91,6 +91,25 @@ def _terminate(signum, frame):
     raise ScriptTerminated()
 
 
+_AT_FORK = []
+
+
+def _child_default_sigterm():
+    """In a forked child (a DataLoader worker, a ``multiprocessing`` pool's worker), SIGTERM
+    kills again: the runner's handler belongs to the script's own process. A pool ends its
+    workers by SIGTERM; raising in them instead prints tracebacks and can leave the parent
+    waiting forever in ``Pool.terminate``."""
+    if signal.getsignal(signal.SIGTERM) is _terminate:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _reset_sigterm_in_forked_children():
+    """Register :func:`_child_default_sigterm` to run after every ``fork``, once per process."""
+    if not _AT_FORK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_child_default_sigterm)
+        _AT_FORK.append(True)
+
+
 def _print_script_traceback(exc, script):
     """Print ``exc`` with the runner's frames cut: from the script's first frame on."""
     tb = exc.__traceback__
@@ -345,10 +364,12 @@ def _as_main(script, argv):
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM stops the script as SIGINT does (so that a report is written), unless the
-    process handles SIGTERM already or this is not the main thread."""
+    process handles SIGTERM already or this is not the main thread. Forked children get
+    SIGTERM's default back."""
     sigterm = None
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _reset_sigterm_in_forked_children()
         sigterm = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
