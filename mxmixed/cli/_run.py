@@ -53,6 +53,11 @@ def add_parser(sub):
                      help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
                           "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
                           "print the median step time")
+    run.add_argument("--unscale-before-clip", action="store_true",
+                     help="unscale the gradients (amp.unscale) before the script clips them by "
+                          "global norm while they carry the loss scale (gluon.utils."
+                          "clip_global_norm, gluonnlp.utils.clip_grad_global_norm), so that its "
+                          "threshold applies to the true gradients")
     run.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments (all of them, options included)")
@@ -61,7 +66,8 @@ def add_parser(sub):
 
 def command(args):
     return run_script(args.script, args.args, report=args.report,
-                      emulation=not args.no_emulation, amp=getattr(args, "amp", None))
+                      emulation=not args.no_emulation, amp=getattr(args, "amp", None),
+                      unscale_before_clip=getattr(args, "unscale_before_clip", False))
 
 
 def main(argv=None):
@@ -226,7 +232,8 @@ def _step_line(summary, amp):
         summary["steps"], median, how)
 
 
-def run_script(script, argv=(), report=None, emulation=True, amp=None):
+def run_script(script, argv=(), report=None, emulation=True, amp=None,
+               unscale_before_clip=False):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
     Parameters
@@ -249,6 +256,11 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         Switch MXNet's bfloat16 AMP on (in an :func:`mxmixed.amp_scope`, undone afterwards)
         before the script starts, without loss scaling; a line on stderr gives the median
         step time. A call of ``amp.init`` in the script is ignored, with one line saying so.
+    unscale_before_clip : bool, default False
+        Unscale the gradients before the script clips (or measures) them by global norm while
+        they carry the loss scale; without it such a call is named in one warning line. Either
+        way the report's ``scaled_clipping`` lists the call sites
+        (:class:`mxmixed.training._clipwatch.ClipWatch`).
 
     Returns
     -------
@@ -285,11 +297,13 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         if amp:
             stack.enter_context(amp_scope(target_dtype=amp))
             stack.enter_context(_script_amp_init_noted(amp))
+        watch = stack.enter_context(_clip_watch(script, unscale_before_clip, recorder))
         stack.enter_context(_as_main(script, argv))
         stack.enter_context(_sigterm_as_interrupt())
         start = time.perf_counter()
         outcome = _run_main(script)
         outcome["wall_s"] = time.perf_counter() - start
+        outcome["scaled_clipping"] = watch.records()
     if amp:
         print(_step_line(recorder.summary(), amp), file=sys.stderr)
     if report:
@@ -342,6 +356,24 @@ def _emulation_for_run(requested):
     finally:
         if requested and not was_active and emu.emulation_active():
             emu.disable()
+
+
+@contextlib.contextmanager
+def _clip_watch(script, unscale, recorder):
+    """Clipping of scaled gradients named (one line) or fixed, while the script runs."""
+    from ..training._clipwatch import ClipWatch
+
+    def say(record, text):
+        print("mxmixed run: %s%s" % ("" if unscale else "warning: ", text), file=sys.stderr)
+
+    step = (lambda: len(recorder.steps) + 1) if recorder is not None else None
+    patches = Patches("mxmixed run's clipping watch")
+    watch = ClipWatch(unscale=unscale, script=script, say=say, step=step)
+    try:
+        yield watch.install(patches)
+    finally:
+        patches.undo()
+        watch.uninstall()
 
 
 @contextlib.contextmanager
