@@ -232,6 +232,43 @@ def _step_line(summary, amp):
         summary["steps"], median, how)
 
 
+def _closing_line(recorder, amp, state):
+    """The run's last line: bfloat16 AMP's step time, or what float16 did to the optimizer
+    steps of a script that trained in float16 under the emulation; None for any other run."""
+    if recorder is None:
+        return None
+    summary = recorder.summary()
+    if amp:
+        return _step_line(summary, amp)
+    if not (state["active"] and summary["steps"]) or not (
+            summary["amp_loss_scaler"] or any(_float16_params(t) for t in recorder.trainers)):
+        return None
+    line = "mxmixed run: %d optimizer steps in float16 (emulated on the CPU: its numerics, " \
+        "not its speed)" % summary["steps"]
+    if summary["amp_loss_scaler"]:
+        line += ", %d skipped on overflow, loss scale %g -> %g" % (
+            summary["skipped"], summary["loss_scale_first"], summary["loss_scale_last"])
+    else:
+        line += ", no loss scaling"
+    found = summary["first_nonfinite"]
+    if found:
+        line += ", first non-finite gradient at step %d (%s)" % (found["step"], found["layer"])
+    median = summary["median_iteration_s"]
+    return line + (", median step %.4f s" % median if median is not None else "")
+
+
+def _float16_params(trainer):
+    """Whether a Trainer (or a Module) updates float16 parameters."""
+    import numpy as np
+
+    params = getattr(trainer, "_params", None)
+    if params is not None:
+        return any(np.dtype(p.dtype) == np.float16 for p in params)
+    group = getattr(trainer, "_exec_group", None)
+    return group is not None and any(arrays and np.dtype(arrays[0].dtype) == np.float16
+                                     for arrays in group.param_arrays)
+
+
 def run_script(script, argv=(), report=None, emulation=True, amp=None,
                unscale_before_clip=False):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
@@ -291,7 +328,8 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
     with contextlib.ExitStack() as stack:
         state = stack.enter_context(_emulation_for_run(emulation and not amp))
         state["amp"] = amp
-        recorder = StepRecorder().install() if report or amp else None
+        recorder = (StepRecorder(locate=bool(report)).install()
+                    if report or amp or state["active"] else None)
         if recorder is not None:
             stack.callback(recorder.uninstall)
         if amp:
@@ -304,8 +342,9 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         outcome = _run_main(script)
         outcome["wall_s"] = time.perf_counter() - start
         outcome["scaled_clipping"] = watch.records()
-    if amp:
-        print(_step_line(recorder.summary(), amp), file=sys.stderr)
+    closing = _closing_line(recorder, amp, state)
+    if closing:
+        print(closing, file=sys.stderr)
     if report:
         _finish_report(report, dict(header, **outcome), state, recorder)
     if outcome["status"] == "interrupted":

@@ -40,8 +40,8 @@ def _run(tmp_path, flags, args):
             json.loads(losses.read_text()))
 
 
-def _runner_lines(lines):
-    return [line for line in lines if line.startswith("mxmixed run:")]
+def _runner_lines(lines, about="clips gradients"):
+    return [line for line in lines if line.startswith("mxmixed run:") and about in line]
 
 
 @pytest.mark.slow
@@ -68,7 +68,7 @@ def test_unscale_before_clip_makes_the_unmodified_script_learn_like_float32(tmp_
     (tmp_path / "float16").mkdir()
     lines, report, losses = _run(tmp_path / "float16", ["--unscale-before-clip"],
                                  ["--dtype", "float16", "--clip", "gluonnlp"])
-    _, _, plain = _run(tmp_path, [], ["--dtype", "float32", "--clip", "gluonnlp"])
+    plain_lines, _, plain = _run(tmp_path, [], ["--dtype", "float32", "--clip", "gluonnlp"])
     line = _line_of("nlp.utils.clip_grad_global_norm(")
     noted = _runner_lines(lines)
     assert noted == ["mxmixed run: %s:%d clips gradients that still carry the loss scale 65536 "
@@ -80,6 +80,14 @@ def test_unscale_before_clip_makes_the_unmodified_script_learn_like_float32(tmp_
     # it learns as float32 does: both fall by more than a thousand times
     assert plain[-1] < 1e-3 * plain[0] and losses[-1] < 1e-3 * losses[0]
     assert report["summary"]["skipped"] < 10
+    # the float16 run closes with what float16 did to its steps; the float32 run has no such line
+    closing, = _runner_lines(lines, "optimizer steps")
+    assert closing == lines[-1]
+    assert closing.startswith("mxmixed run: %d optimizer steps in float16 (emulated on the CPU"
+                              % STEPS)
+    assert ", %d skipped on overflow, loss scale 65536 -> " % report["summary"]["skipped"] \
+        in closing
+    assert _runner_lines(plain_lines, "optimizer steps") == []
 
 
 @pytest.mark.slow
