@@ -97,23 +97,42 @@ def _terminate(signum, frame):
     raise ScriptTerminated()
 
 
-_AT_FORK = []
+_AT_FORK = {}  # registered: True once; parent, from_main: the fork under way
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _before_fork():
+    _AT_FORK["parent"] = os.getpid()
+    _AT_FORK["from_main"] = threading.current_thread() is threading.main_thread()
 
 
 def _child_default_sigterm():
     """In a forked child (a DataLoader worker, a ``multiprocessing`` pool's worker), SIGTERM
     kills again: the runner's handler belongs to the script's own process. A pool ends its
     workers by SIGTERM; raising in them instead prints tracebacks and can leave the parent
-    waiting forever in ``Pool.terminate``."""
-    if signal.getsignal(signal.SIGTERM) is _terminate:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    waiting forever in ``Pool.terminate``. On Linux a child forked by the main thread also
+    gets SIGTERM when the run's process dies, however it dies (a second SIGTERM, SIGKILL),
+    so that no worker outlives the run."""
+    if signal.getsignal(signal.SIGTERM) is not _terminate:
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if _AT_FORK.get("from_main") and sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM),
+                                                    0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != _AT_FORK.get("parent"):  # it died before prctl
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reset_sigterm_in_forked_children():
     """Register :func:`_child_default_sigterm` to run after every ``fork``, once per process."""
-    if not _AT_FORK and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_child_default_sigterm)
-        _AT_FORK.append(True)
+    if not _AT_FORK.get("registered") and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork, after_in_child=_child_default_sigterm)
+        _AT_FORK["registered"] = True
 
 
 def _print_script_traceback(exc, script):

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -43,7 +44,7 @@ BUSY_WORKERS = """
 
         def __getitem__(self, i):
             if i >= 8:
-                time.sleep(5)
+                time.sleep(float(sys.argv[2]))
             return mx.nd.array([i])
 
     loader = gluon.data.DataLoader(Slow(), batch_size=8, num_workers=4)
@@ -87,7 +88,7 @@ def test_outside_sigterm_ends_the_run_its_workers_and_pool_with_one_line(tmp_pat
     pids, report = tmp_path / "pids", tmp_path / "r.json"
     script = _script(tmp_path, BUSY_WORKERS)
     proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", "--report", str(report),
-                             script, str(pids)], env=_env(), cwd=str(tmp_path),
+                             script, str(pids), "5"], env=_env(), cwd=str(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "started"
@@ -118,3 +119,28 @@ def _running(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_run_killed_outright(tmp_path):
+    pids = tmp_path / "pids"
+    script = _script(tmp_path, BUSY_WORKERS)
+    # the workers sleep far longer than the wait below: only the run's death can end them
+    proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", script, str(pids), "600"],
+                            env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+    finally:
+        proc.kill()  # SIGKILL: no handler, no clean-up in the run's process
+        proc.communicate(timeout=120)
+    children = [int(pid) for pid in pids.read_text().split()]
+    assert len(children) == 6
+    for _ in range(600):  # a bound on the wait, not a measured time: 60 s at most
+        alive = [pid for pid in children if _running(pid)]
+        if not alive:
+            break
+        time.sleep(0.1)
+    for pid in alive:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "workers outlived the run: %s" % alive
