@@ -53,6 +53,11 @@ def add_parser(sub):
                      help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
                           "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
                           "print the median step time")
+    run.add_argument("--unscale-before-clip", action="store_true",
+                     help="unscale the gradients (amp.unscale) before the script clips them by "
+                          "global norm while they carry the loss scale (gluon.utils."
+                          "clip_global_norm, gluonnlp.utils.clip_grad_global_norm), so that its "
+                          "threshold applies to the true gradients")
     run.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments (all of them, options included)")
@@ -61,7 +66,8 @@ def add_parser(sub):
 
 def command(args):
     return run_script(args.script, args.args, report=args.report,
-                      emulation=not args.no_emulation, amp=getattr(args, "amp", None))
+                      emulation=not args.no_emulation, amp=getattr(args, "amp", None),
+                      unscale_before_clip=getattr(args, "unscale_before_clip", False))
 
 
 def main(argv=None):
@@ -89,6 +95,44 @@ class ScriptTerminated(BaseException):
 
 def _terminate(signum, frame):
     raise ScriptTerminated()
+
+
+_AT_FORK = {}  # registered: True once; parent, from_main: the fork under way
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _before_fork():
+    _AT_FORK["parent"] = os.getpid()
+    _AT_FORK["from_main"] = threading.current_thread() is threading.main_thread()
+
+
+def _child_default_sigterm():
+    """In a forked child (a DataLoader worker, a ``multiprocessing`` pool's worker), SIGTERM
+    kills again: the runner's handler belongs to the script's own process. A pool ends its
+    workers by SIGTERM; raising in them instead prints tracebacks and can leave the parent
+    waiting forever in ``Pool.terminate``. On Linux a child forked by the main thread also
+    gets SIGTERM when the run's process dies, however it dies (a second SIGTERM, SIGKILL),
+    so that no worker outlives the run."""
+    if signal.getsignal(signal.SIGTERM) is not _terminate:
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if _AT_FORK.get("from_main") and sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM),
+                                                    0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != _AT_FORK.get("parent"):  # it died before prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _reset_sigterm_in_forked_children():
+    """Register :func:`_child_default_sigterm` to run after every ``fork``, once per process."""
+    if not _AT_FORK.get("registered") and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork, after_in_child=_child_default_sigterm)
+        _AT_FORK["registered"] = True
 
 
 def _print_script_traceback(exc, script):
@@ -207,7 +251,45 @@ def _step_line(summary, amp):
         summary["steps"], median, how)
 
 
-def run_script(script, argv=(), report=None, emulation=True, amp=None):
+def _closing_line(recorder, amp, state):
+    """The run's last line: bfloat16 AMP's step time, or what float16 did to the optimizer
+    steps of a script that trained in float16 under the emulation; None for any other run."""
+    if recorder is None:
+        return None
+    summary = recorder.summary()
+    if amp:
+        return _step_line(summary, amp)
+    if not (state["active"] and summary["steps"]) or not (
+            summary["amp_loss_scaler"] or any(_float16_params(t) for t in recorder.trainers)):
+        return None
+    line = "mxmixed run: %d optimizer steps in float16 (emulated on the CPU: its numerics, " \
+        "not its speed)" % summary["steps"]
+    if summary["amp_loss_scaler"]:
+        line += ", %d skipped on overflow, loss scale %g -> %g" % (
+            summary["skipped"], summary["loss_scale_first"], summary["loss_scale_last"])
+    else:
+        line += ", no loss scaling"
+    found = summary["first_nonfinite"]
+    if found:
+        line += ", first non-finite gradient at step %d (%s)" % (found["step"], found["layer"])
+    median = summary["median_iteration_s"]
+    return line + (", median step %.4f s" % median if median is not None else "")
+
+
+def _float16_params(trainer):
+    """Whether a Trainer (or a Module) updates float16 parameters."""
+    import numpy as np
+
+    params = getattr(trainer, "_params", None)
+    if params is not None:
+        return any(np.dtype(p.dtype) == np.float16 for p in params)
+    group = getattr(trainer, "_exec_group", None)
+    return group is not None and any(arrays and np.dtype(arrays[0].dtype) == np.float16
+                                     for arrays in group.param_arrays)
+
+
+def run_script(script, argv=(), report=None, emulation=True, amp=None,
+               unscale_before_clip=False):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
     Parameters
@@ -230,6 +312,11 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
         Switch MXNet's bfloat16 AMP on (in an :func:`mxmixed.amp_scope`, undone afterwards)
         before the script starts, without loss scaling; a line on stderr gives the median
         step time. A call of ``amp.init`` in the script is ignored, with one line saying so.
+    unscale_before_clip : bool, default False
+        Unscale the gradients before the script clips (or measures) them by global norm while
+        they carry the loss scale; without it such a call is named in one warning line. Either
+        way the report's ``scaled_clipping`` lists the call sites
+        (:class:`mxmixed.training._clipwatch.ClipWatch`).
 
     Returns
     -------
@@ -260,19 +347,23 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None):
     with contextlib.ExitStack() as stack:
         state = stack.enter_context(_emulation_for_run(emulation and not amp))
         state["amp"] = amp
-        recorder = StepRecorder().install() if report or amp else None
+        recorder = (StepRecorder(locate=bool(report)).install()
+                    if report or amp or state["active"] else None)
         if recorder is not None:
             stack.callback(recorder.uninstall)
         if amp:
             stack.enter_context(amp_scope(target_dtype=amp))
             stack.enter_context(_script_amp_init_noted(amp))
+        watch = stack.enter_context(_clip_watch(script, unscale_before_clip, recorder))
         stack.enter_context(_as_main(script, argv))
         stack.enter_context(_sigterm_as_interrupt())
         start = time.perf_counter()
         outcome = _run_main(script)
         outcome["wall_s"] = time.perf_counter() - start
-    if amp:
-        print(_step_line(recorder.summary(), amp), file=sys.stderr)
+        outcome["scaled_clipping"] = watch.records()
+    closing = _closing_line(recorder, amp, state)
+    if closing:
+        print(closing, file=sys.stderr)
     if report:
         _finish_report(report, dict(header, **outcome), state, recorder)
     if outcome["status"] == "interrupted":
@@ -341,6 +432,24 @@ def _emulation_for_run(requested):
 
 
 @contextlib.contextmanager
+def _clip_watch(script, unscale, recorder):
+    """Clipping of scaled gradients named (one line) or fixed, while the script runs."""
+    from ..training._clipwatch import ClipWatch
+
+    def say(record, text):
+        print("mxmixed run: %s%s" % ("" if unscale else "warning: ", text), file=sys.stderr)
+
+    step = (lambda: len(recorder.steps) + 1) if recorder is not None else None
+    patches = Patches("mxmixed run's clipping watch")
+    watch = ClipWatch(unscale=unscale, script=script, say=say, step=step)
+    try:
+        yield watch.install(patches)
+    finally:
+        patches.undo()
+        watch.uninstall()
+
+
+@contextlib.contextmanager
 def _as_main(script, argv):
     """``sys.argv`` and ``sys.path[0]`` as ``python script argv...`` sets them; restored after."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -360,10 +469,12 @@ def _as_main(script, argv):
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM stops the script as SIGINT does (so that a report is written), unless the
-    process handles SIGTERM already or this is not the main thread."""
+    process handles SIGTERM already or this is not the main thread. Forked children get
+    SIGTERM's default back."""
     sigterm = None
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _reset_sigterm_in_forked_children()
         sigterm = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield

@@ -27,12 +27,20 @@ class StepRecorder:
     gradient that held inf or NaN. Without a loss scaler (``cast('float16')`` training) the
     gradients are checked before each update until the first non-finite one is found.
 
+    Parameters
+    ----------
+    locate : bool, default True
+        Check the gradients of Trainers without a loss scaler before each update, for the
+        first non-finite one (a scaler's overflow is located either way). False records only
+        the steps and their times.
+
     .. note::
        The hooks patch the ``Trainer`` class and the scaler instances in place; always call
        :meth:`uninstall` (the runner does, also when the script raises).
     """
 
-    def __init__(self):
+    def __init__(self, locate=True):
+        self.locate = locate
         self.steps = []
         self.first_nonfinite = None
         self.trainers = []
@@ -98,7 +106,7 @@ class StepRecorder:
             if scaler is not None:
                 record["loss_scale"] = float(scaler.loss_scale)
                 record["skipped"] = None
-            elif recorder.first_nonfinite is None:
+            elif recorder.locate and recorder.first_nonfinite is None:
                 recorder._locate(trainer._params)
             recorder._pending = record
             start = time.perf_counter()
@@ -127,7 +135,7 @@ class StepRecorder:
         def hooked(module, *args, **kwargs):
             record = {"step": len(recorder.steps) + 1, "call": "Module.update",
                       "trainer": recorder._trainer_index(module)}
-            if recorder.first_nonfinite is None:
+            if recorder.locate and recorder.first_nonfinite is None:
                 recorder._locate(_module_gradients(module), module)
             start = time.perf_counter()
             try:

@@ -92,17 +92,16 @@ def _signature(arrays):
     return tuple((a.dtype, a.context.device_type) for a in arrays)
 
 
-_BIND_OPTIONS = ("stype_dict", "group2ctx", "shared_arg_names", "shared_exec", "shared_buffer")
-
-
 def _complete_shapes(sym, kwargs):
     """``kwargs`` with the shape of every input of ``sym`` that the given shapes determine.
 
     The rewritten graph can infer less than the original: a biased op that lost its bias
     leaves the bias's shape, and what follows it, to be given. Shapes are therefore inferred
     on the user's graph, as MXNet would, and all of them are handed to the rewritten one.
+    The shapes are the keywords whose value is a tuple, as MXNet's ``simple_bind`` takes them;
+    it passes over any other keyword (``force_rebind=True`` in MXNet's own tests).
     """
-    shapes = {n: v for n, v in kwargs.items() if n not in _BIND_OPTIONS}
+    shapes = {n: v for n, v in kwargs.items() if isinstance(v, tuple)}
     if not shapes:
         return kwargs
     try:

@@ -22,6 +22,7 @@ from mxnet import autograd, gluon
 
 from .. import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
+from ._clipwatch import register_trainer, watch_helpers
 from .._core.finite import param_grads, sums_of_squares
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
@@ -177,6 +178,8 @@ def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] =
         # replacing amp.init_trainer's scaler: amp.scale_loss left trainer._scale divided
         trainer._scale = trainer._amp_original_scale
     attach(trainer, scaler)
+    register_trainer(trainer)
+    watch_helpers()
     if amp_initialized():
         # SoftmaxOutput and MXNet's other loss-output ops scale their gradient by AMP's global
         # scaler; it reads the first attached scaler's scale from now on.
@@ -329,13 +332,7 @@ def unscale(trainer: gluon.Trainer) -> None:
     """
     _check_trainer(trainer, "unscale")
     loss_scaler(trainer)
-    handle = handle_of(trainer)
-    factor = 1.0 / handle.gradient_scale
-    if factor != 1.0:
-        with autograd.pause():
-            for grad in param_grads(trainer._params):
-                grad[:] = grad * factor
-    handle.grad_scale = 1.0
+    handle_of(trainer).unscale()
 
 
 def _sum_of_squares(grads):

@@ -88,6 +88,17 @@ class TrainerHandle:
         self.clip = 1.0
         self.reduced = False
 
+    def unscale(self):
+        """Divide the gradients by the scale they carry, in place; they carry 1 afterwards, so
+        the update does not divide again."""
+        factor = 1.0 / self.gradient_scale
+        trainer = self._trainer()
+        if factor != 1.0 and trainer is not None:
+            with mx.autograd.pause():
+                for grad in param_grads(trainer._params):
+                    grad[:] = grad * factor
+        self.grad_scale = 1.0
+
     @property
     def gradient_scale(self):
         """float: the scale the current gradients carry."""

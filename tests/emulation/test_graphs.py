@@ -106,6 +106,22 @@ def test_symbol_built_after_enable_trains_with_simple_bind():
         assert np.isfinite(grad.asnumpy()).all() and np.abs(grad.asnumpy()).sum() > 0
 
 
+def test_simple_bind_passes_over_keywords_that_are_not_shapes_as_mxnets_own_does():
+    data = mx.sym.var("data")
+    net = mx.sym.FullyConnected(mx.sym.Cast(data, dtype="float16"), num_hidden=3, name="fc")
+    types = {"data": "float32", "fc_weight": "float16", "fc_bias": "float16"}
+    plain = net.simple_bind(mx.cpu(), data=(2, 4), type_dict=types, force_rebind=True,
+                            stype_dict=None, shared_exec=None)
+    with emulation.emulated():
+        exe = net.simple_bind(mx.cpu(), data=(2, 4), type_dict=types, force_rebind=True,
+                              stype_dict=None, shared_exec=None)
+        for arr in exe.arg_dict.values():
+            arr[:] = mx.nd.ones(arr.shape, dtype=arr.dtype)
+        out = exe.forward()[0].asnumpy()
+    assert plain.arg_dict["fc_bias"].shape == (3,)
+    np.testing.assert_array_equal(out, np.full((2, 3), 5, dtype=np.float16))
+
+
 def test_module_api_fits_a_float16_symbol_on_cpu():
     from mxmixed.tutorial import digits_arrays
 

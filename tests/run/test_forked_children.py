@@ -1,0 +1,146 @@
+"""``mxmixed run`` and forked children: DataLoader workers and ``multiprocessing`` pools die on
+SIGTERM as under plain python (no runner traceback from them, no parent waiting forever in
+``Pool.terminate``), and an outside SIGTERM ends the whole run with its one-line report."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Three DataLoaders with four workers each (GluonNLP's scripts hard-code num_workers=4), each
+# dropped while its workers are alive, and a pool used and terminated by its ``with``.
+WORKERS_AND_POOL = """
+    import multiprocessing
+    import mxnet as mx
+    from mxnet import gluon
+
+    def square(x):
+        return x * x
+
+    data = gluon.data.ArrayDataset(mx.nd.arange(64).reshape((32, 2)), mx.nd.arange(32))
+    for _ in range(3):
+        loader = gluon.data.DataLoader(data, batch_size=8, num_workers=4)
+        total = sum(float(x.sum().asscalar()) for x, y in loader)
+    with multiprocessing.Pool(2) as pool:
+        squares = sum(pool.map(square, range(10)))
+    print("done", total, squares)
+"""
+
+# Workers busy in a slow dataset and an idle pool, when SIGTERM arrives from outside.
+BUSY_WORKERS = """
+    import multiprocessing, sys, time
+    import mxnet as mx
+    from mxnet import gluon
+
+    class Slow(gluon.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            if i >= 8:
+                time.sleep(float(sys.argv[2]))
+            return mx.nd.array([i])
+
+    loader = gluon.data.DataLoader(Slow(), batch_size=8, num_workers=4)
+    pool = multiprocessing.Pool(2)
+    with open(sys.argv[1], "w") as f:
+        f.write(" ".join(str(p.pid) for p in multiprocessing.active_children()))
+    for n, x in enumerate(loader):
+        if n == 0:
+            print("started", flush=True)
+"""
+
+
+def _script(tmp_path, body, name="script.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(5))
+def test_dataloader_workers_and_a_pool_end_quietly_and_the_run_exits_0(tmp_path, attempt):
+    script = _script(tmp_path, WORKERS_AND_POOL)
+    try:  # a hang is what this test looks for: a generous bound, far beyond a normal run
+        proc = subprocess.run([sys.executable, "-m", "mxmixed.run", script], env=_env(),
+                              capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired:
+        pytest.fail("test_dataloader_workers_and_a_pool_end_quietly_and_the_run_exits_0: "
+                    "mxmixed run hung (run %d of 5) after the script's DataLoaders and pool"
+                    % (attempt + 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done 2016.0 285" in proc.stdout
+    assert "ScriptTerminated" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_outside_sigterm_ends_the_run_its_workers_and_pool_with_one_line(tmp_path):
+    pids, report = tmp_path / "pids", tmp_path / "r.json"
+    script = _script(tmp_path, BUSY_WORKERS)
+    proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", "--report", str(report),
+                             script, str(pids), "5"], env=_env(), cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("test_outside_sigterm_ends_the_run_its_workers_and_pool_with_one_line: "
+                    "mxmixed run did not end on SIGTERM")
+    assert proc.returncode == 143, err[-3000:]
+    assert "ScriptTerminated" not in err and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("mxmixed run:")]
+    assert lines == ["mxmixed run: the script was interrupted (SIGTERM), exit 143; "
+                     "the report says so: %s" % report]
+    data = json.loads(report.read_text())
+    assert (data["status"], data["exit_code"], data["error"]) == ("interrupted", 143, "SIGTERM")
+    children = pids.read_text().split()
+    assert len(children) == 6
+    alive = [pid for pid in children if _running(int(pid))]
+    assert not alive, "workers left running: %s" % alive
+
+
+def _running(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_run_killed_outright(tmp_path):
+    pids = tmp_path / "pids"
+    script = _script(tmp_path, BUSY_WORKERS)
+    # the workers sleep far longer than the wait below: only the run's death can end them
+    proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", script, str(pids), "600"],
+                            env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+    finally:
+        proc.kill()  # SIGKILL: no handler, no clean-up in the run's process
+        proc.communicate(timeout=120)
+    children = [int(pid) for pid in pids.read_text().split()]
+    assert len(children) == 6
+    for _ in range(600):  # a bound on the wait, not a measured time: 60 s at most
+        alive = [pid for pid in children if _running(pid)]
+        if not alive:
+            break
+        time.sleep(0.1)
+    for pid in alive:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "workers outlived the run: %s" % alive
