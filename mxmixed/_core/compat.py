@@ -59,5 +59,5 @@ def check_mxnet_installed():
         missing = True
     if missing:
         raise StackError(
-            "MXNet is not installed: pip install -c constraints.txt 'mxmixed[cpu]' for the CPU build, "
-            "or 'mxmixed[cu112]' for the CUDA 11.2 GPU build (mxnet-cu112==1.9.1)")
+            "MXNet is not installed: in the mxmixed clone, pip install -c constraints.txt -e '.[cpu]' "
+            "for the CPU build, or -e '.[cu112]' for the CUDA 11.2 GPU build (mxnet-cu112==1.9.1)")

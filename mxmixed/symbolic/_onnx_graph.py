@@ -28,7 +28,7 @@ from .._core.graph import as_graph
 
 __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 
-ONNX_INSTALL = "pip install -c constraints.txt 'mxmixed[onnx]'"
+ONNX_INSTALL = "pip install -c constraints.txt -e '.[onnx]' in the mxmixed clone"
 
 def check_onnx() -> None:
     """Check that onnx and onnxruntime can be imported (the ``onnx`` extra).

@@ -34,4 +34,4 @@ def test_missing_mxnet_names_the_extra_to_install():
     assert proc.returncode == 0, proc.stderr
     message = proc.stdout.split("MESSAGE=", 1)[1].strip()
     assert "\n" not in message
-    assert "mxmixed[cpu]" in message and "mxmixed[cu112]" in message
+    assert "-e '.[cpu]'" in message and "-e '.[cu112]'" in message

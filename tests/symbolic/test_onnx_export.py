@@ -221,7 +221,7 @@ def test_without_onnx_installed_the_error_says_how_to_install(resnet18, tmp_path
     code, _, err = _run(["convert", resnet18, "0", "--out", str(tmp_path / "x"), "--format",
                          "onnx", "--input-shape", "3,32,32"], capsys)
     assert code == cli.EXIT_USAGE
-    assert "pip install -c constraints.txt 'mxmixed[onnx]'" in err and err.count("\n") == 1
+    assert "pip install -c constraints.txt -e '.[onnx]'" in err and err.count("\n") == 1
     assert os.listdir(str(tmp_path)) == []
 
 
