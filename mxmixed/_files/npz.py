@@ -35,7 +35,7 @@ _MAGIC = b"\x93NUMPY"
 # the plain numeric types (``dtype.str``): bool, integers, floats, any byte order
 _DESCR = re.compile(r"[<>|=]?[biuf][1-8]\Z")
 _TOKEN = re.compile(r"\s*(?:('[^'\\]*'|\"[^\"\\]*\")|(True|False)|(\d+)L?|([{}():,]))")
-_CHUNK = 1 << 24  # bytes read at a time from a column-major array
+_CHUNK = 1 << 22  # bytes read at a time from a column-major array
 # what zipfile, zlib, bz2 (OSError) and lzma raise on a damaged, encrypted (RuntimeError) or
 # unsupported (NotImplementedError) member
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, lzma.LZMAError, EOFError,
@@ -187,7 +187,7 @@ def read_rows(handle, header, rows, source):
 
     Only those rows are read into memory: in C order they are the first bytes; in Fortran
     order each column's first values are read and the rest of it is skipped (a plain file
-    seeks; a zip member is inflated and dropped 16 MiB at a time).
+    seeks; a zip member is inflated and dropped 4 MiB at a time).
 
     Parameters
     ----------
@@ -291,8 +291,8 @@ class NpzArchive:
             except SamplesFileError:
                 raise
             except _ZIP_ERRORS as err:
-                raise SamplesFileError("%s is damaged: %s" % (self._source(name),
-                                                               _first_line(err))) from None
+                raise SamplesFileError("%s cannot be read: %s" % (self._source(name),
+                                                                   _first_line(err))) from None
         return self._headers[name]
 
     def rows(self, name, rows):
@@ -305,8 +305,8 @@ class NpzArchive:
         except SamplesFileError:
             raise
         except _ZIP_ERRORS as err:
-            raise SamplesFileError("%s is damaged: %s" % (self._source(name),
-                                                           _first_line(err))) from None
+            raise SamplesFileError("%s cannot be read: %s" % (self._source(name),
+                                                               _first_line(err))) from None
 
     def close(self):
         """Close the archive."""
