@@ -167,6 +167,10 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
     if args.inputs:
         try:
             with NpzArchive(args.inputs) as archive:
+                if not archive.names:
+                    raise CLIError("inputs file %s is a .npz archive with no arrays; the "
+                                   "graph's data inputs are %s (one array each)"
+                                   % (args.inputs, _listed(names)))
                 _check_names("--inputs %s" % args.inputs, archive.names, names, "array")
                 arrays = _npz_arrays(args, archive, names, inference, count, strict)
         except SamplesFileError as err:
