@@ -9,7 +9,7 @@ import sys
 from .._core.progress import bars_wanted
 from ._args import DEFAULT_TOLERANCE, dtype, int_at_least, parse_shape, positive_float
 from ._preflight import EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_WRITE_FAILED, CLIError, check_out_prefix
-from ._samples import convert_samples, input_spec
+from ._samples import check_input_specs, convert_samples, input_spec
 
 
 CONVERT_EPILOG = """\
@@ -199,6 +199,7 @@ def _check_convert_files(args, symbolic):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W (several data inputs: --inputs FILE.npz or "
                        "--input NAME:SHAPE[:DTYPE[:HIGH]] per input)")
+    check_input_specs(args.input_specs)
     in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
     meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
     if meant != args.prefix and not os.path.exists(in_files[0]):

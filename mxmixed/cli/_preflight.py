@@ -8,6 +8,7 @@ import io
 import math
 import os
 import tempfile
+import warnings
 
 from .._core.errors import one_line
 from .._files.atomic import check_writable, name_too_long, special_file
@@ -155,8 +156,11 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     shapes = {n: tuple(s) for n, s in shapes.items()}
     batch = min(batch_size, count)
     internals = sym.get_internals()
-    try:  # MXNet prints "infer_shape error. Arguments: ..." to stdout before it raises
-        with contextlib.redirect_stdout(io.StringIO()):
+    # MXNet prints "infer_shape error. Arguments: ..." to stdout before it raises, and warns
+    # of each parameter whose shape the data alone does not decide (the file gives it)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
             _, inner, _ = internals.infer_shape(**{n: (batch,) + s for n, s in shapes.items()})
             _, outputs, _ = sym.infer_shape(**{n: (1,) + s for n, s in shapes.items()})
     except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements

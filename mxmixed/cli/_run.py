@@ -34,8 +34,16 @@ import traceback
 
 from .._core.patches import Patches
 from .._files.atomic import atomic_write, special_file
+from ._streams import PipeSafe, Printable
 
 __all__ = ["run_script", "ScriptTerminated", "add_parser", "command", "main"]
+
+# What the runner uses once the script has ended, taken before any script runs: a script may
+# replace json.dumps, os.replace, time.perf_counter or traceback.format_exception for itself.
+_DUMPS, _CLOCK = json.dumps, time.perf_counter
+_FORMAT_EXCEPTION, _FORMAT_ONLY = traceback.format_exception, traceback.format_exception_only
+_OS = {name: getattr(os, name) for name in ("open", "write", "fsync", "close", "replace",
+                                            "unlink", "fstat", "getpid")}
 
 
 def add_parser(sub):
@@ -79,14 +87,38 @@ def main(argv=None):
 
 def _write_json(path, payload):
     """Write ``payload`` as JSON atomically."""
-    atomic_write(os.path.abspath(path), json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write(os.path.abspath(path), _DUMPS(payload, indent=2, default=str) + "\n")
+
+
+def _say(line):
+    """Write one line to stderr, whatever the script did to it: ``sys.stderr`` if it can take
+    it, else descriptor 2, else nowhere. Never raises."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        return
+    except Exception:  # noqa: BLE001 - closed, None, or a stream of the script's that refuses
+        pass
+    try:
+        _OS["write"](2, (line + "\n").encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def _safe_str(value):
+    """``str(value)``, or a placeholder when the script's ``__str__`` raises or returns no str
+    (as Python's own traceback printing does)."""
+    try:
+        text = str(value)
+    except BaseException:  # noqa: B902 - whatever its __str__ raises, SystemExit included
+        return "<str() failed>"
+    return text if isinstance(text, str) else "<str() failed>"
 
 
 def _report_write_error(report, err):
     """One line on stderr for a report that could not be written."""
-    reason = err.strerror if isinstance(err, OSError) and err.strerror else err
-    print("mxmixed run: error: --report %s: cannot write it: %s" % (report, reason),
-          file=sys.stderr)
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else _safe_str(err)
+    _say("mxmixed run: error: --report %s: cannot write it: %s" % (report, reason))
 
 
 class ScriptTerminated(BaseException):
@@ -135,34 +167,48 @@ def _reset_sigterm_in_forked_children():
         _AT_FORK["registered"] = True
 
 
+def _real(path):
+    """``os.path.realpath(path)``, or ``path`` when it cannot be resolved (the script deleted
+    the folder it ran in)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
 def _print_script_traceback(exc, script):
-    """Print ``exc`` with the runner's frames cut: from the script's first frame on."""
-    tb = exc.__traceback__
-    script = os.path.realpath(script)
-    here = {os.path.realpath(__file__), os.path.realpath(runpy.__file__)}
-    cut = tb
-    while cut is not None and os.path.realpath(cut.tb_frame.f_code.co_filename) != script:
-        cut = cut.tb_next
-    if cut is None:  # no frame of the script ran: a SyntaxError, or an error while loading it
+    """Print ``exc`` with the runner's frames cut: from the script's first frame on; its one
+    line when even that cannot be formatted."""
+    try:
+        tb = exc.__traceback__
+        script = _real(script)
+        here = {_real(__file__), _real(runpy.__file__)}
         cut = tb
-        while cut is not None and (cut.tb_frame.f_code.co_filename.startswith("<frozen ")
-                                   or os.path.realpath(cut.tb_frame.f_code.co_filename) in here):
+        while cut is not None and _real(cut.tb_frame.f_code.co_filename) != script:
             cut = cut.tb_next
-    if cut is None:  # as Python reports a SyntaxError in the script it runs: no frames
-        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
-    else:
-        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, cut)))
-    sys.stderr.flush()
+        if cut is None:  # no frame of the script ran: a SyntaxError, or an error loading it
+            cut = tb
+            while cut is not None and (cut.tb_frame.f_code.co_filename.startswith("<frozen ")
+                                       or _real(cut.tb_frame.f_code.co_filename) in here):
+                cut = cut.tb_next
+        if cut is None:  # as Python reports a SyntaxError in the script it runs: no frames
+            text = "".join(_FORMAT_ONLY(type(exc), exc))
+        else:
+            text = "".join(_FORMAT_EXCEPTION(type(exc), exc, cut))
+    except Exception:  # noqa: BLE001 - an exception Python's own formatting cannot take
+        text = _error_line(exc)
+    _say(text.rstrip("\n"))
 
 
 def _error_line(exc):
     """The script's error in one line: its type and the first line of its message, and for a
     SyntaxError where it is (``SyntaxError: '(' was never closed (train.py, line 3)``)."""
-    message = str(exc).strip().splitlines()
-    line = "%s: %s" % (type(exc).__name__, message[0]) if message else type(exc).__name__
-    if isinstance(exc, SyntaxError) and exc.filename:
-        line = "%s: %s (%s, line %s)" % (type(exc).__name__, exc.msg,
-                                         os.path.basename(exc.filename), exc.lineno)
+    name = _safe_str(getattr(type(exc), "__name__", "exception"))
+    message = _safe_str(exc).strip().splitlines()
+    line = "%s: %s" % (name, message[0]) if message else name
+    if isinstance(exc, SyntaxError) and isinstance(exc.filename, str):
+        line = "%s: %s (%s, line %s)" % (name, _safe_str(exc.msg),
+                                         os.path.basename(exc.filename), _safe_str(exc.lineno))
     return line
 
 
@@ -171,9 +217,36 @@ def _exit_code(code):
     if code is None:
         return 0
     if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
+        return int(code)
+    _say(_safe_str(code))
     return 1
+
+
+def _usable(stream, fd, wrap):
+    """``stream`` if it is open, else a new one on descriptor ``fd`` (``os.devnull`` if that
+    is closed too), wrapped by ``wrap``: the runner writes after a script that closed it."""
+    try:
+        if not stream.closed:
+            return stream
+    except Exception:  # noqa: BLE001 - whatever the stream's own state raises
+        pass
+    try:
+        _OS["fstat"](fd)
+        return wrap(open(fd, "w", buffering=1, closefd=False, errors="backslashreplace"))
+    except OSError:
+        return wrap(open(os.devnull, "w"))
+
+
+@contextlib.contextmanager
+def _streams_kept():
+    """``sys.stdout`` and ``sys.stderr`` put back after the script as they were, reopened on
+    descriptors 1 and 2 when the script closed them."""
+    saved = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = _usable(saved[0], 1, PipeSafe)
+        sys.stderr = _usable(saved[1], 2, Printable)
 
 
 def _report_problem(report):
@@ -344,33 +417,45 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         except (OSError, ValueError) as err:
             _report_write_error(report, err)
             return 2
-    with contextlib.ExitStack() as stack:
-        state = stack.enter_context(_emulation_for_run(emulation and not amp))
-        state["amp"] = amp
-        recorder = (StepRecorder(locate=bool(report)).install()
-                    if report or amp or state["active"] else None)
-        if recorder is not None:
-            stack.callback(recorder.uninstall)
-        if amp:
-            stack.enter_context(amp_scope(target_dtype=amp))
-            stack.enter_context(_script_amp_init_noted(amp))
-        watch = stack.enter_context(_clip_watch(script, unscale_before_clip, recorder))
-        stack.enter_context(_as_main(script, argv))
-        stack.enter_context(_sigterm_as_interrupt())
-        start = time.perf_counter()
-        outcome = _run_main(script)
-        outcome["wall_s"] = time.perf_counter() - start
-        outcome["scaled_clipping"] = watch.records()
-    closing = _closing_line(recorder, amp, state)
+    outcome, raised = None, None
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_streams_kept())
+            state = stack.enter_context(_emulation_for_run(emulation and not amp))
+            state["amp"] = amp
+            recorder = (StepRecorder(locate=bool(report)).install()
+                        if report or amp or state["active"] else None)
+            if recorder is not None:
+                stack.callback(recorder.uninstall)
+            if amp:
+                stack.enter_context(amp_scope(target_dtype=amp))
+                stack.enter_context(_script_amp_init_noted(amp))
+            watch = stack.enter_context(_clip_watch(script, unscale_before_clip, recorder))
+            stack.enter_context(_as_main(script, argv))
+            stack.enter_context(_sigterm_as_interrupt())
+            start = _CLOCK()
+            outcome, raised = _run_main(script)
+            outcome["wall_s"] = _CLOCK() - start
+            outcome["scaled_clipping"] = watch.records()
+    except Exception as err:  # noqa: BLE001 - undoing the hooks failed: the script broke them
+        if outcome is None:
+            raise
+        _say("mxmixed run: warning: undoing the run's hooks after the script failed: %s"
+             % _error_line(err))
+    if raised is not None:
+        _print_script_traceback(raised, script)
+    try:
+        closing = _closing_line(recorder, amp, state)
+    except Exception as err:  # noqa: BLE001 - the script broke what the summary reads
+        closing = "mxmixed run: no step time: %s" % _error_line(err)
     if closing:
-        print(closing, file=sys.stderr)
+        _say(closing)
     if report:
         _finish_report(report, dict(header, **outcome), state, recorder)
     if outcome["status"] == "interrupted":
-        print("mxmixed run: the script was interrupted (%s), exit %d%s"
-              % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
-                 outcome["exit_code"], "; the report says so: %s" % report if report else ""),
-              file=sys.stderr)
+        _say("mxmixed run: the script was interrupted (%s), exit %d%s"
+             % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
+                outcome["exit_code"], "; the report says so: %s" % report if report else ""))
     return outcome["exit_code"]
 
 
@@ -463,6 +548,8 @@ def _as_main(script, argv):
         yield
     finally:
         sys.argv = saved_argv
+        if not isinstance(sys.path, list):  # the script rebound it
+            sys.path = []
         sys.path[:] = saved_path
 
 
@@ -484,7 +571,9 @@ def _sigterm_as_interrupt():
 
 
 def _run_main(script):
-    """Run ``script`` as ``__main__``: its ``status``, ``exit_code`` and ``error`` (one line)."""
+    """Run ``script`` as ``__main__``: its ``status``, ``exit_code`` and ``error`` (one line),
+    and the exception whose traceback is to be printed (None if none)."""
+    raised = None
     try:
         runpy.run_path(script, run_name="__main__")
         code, error, status = 0, None, "finished"
@@ -495,17 +584,62 @@ def _run_main(script):
     except ScriptTerminated:
         code, error, status = 143, "SIGTERM", "interrupted"
     except BaseException as exc:  # noqa: B902 - the script's error, reported as its own
-        _print_script_traceback(exc, script)
+        raised = exc
         code, error, status = 1, _error_line(exc), "finished"
-    return {"status": status, "exit_code": code, "error": error}
+    return {"status": status, "exit_code": code, "error": error}, raised
 
 
 def _finish_report(report, final, state, recorder):
-    """Write the final report; one line on stderr if it cannot be (the exit status stands)."""
+    """Write the final report; if the script broke what it needs, a shorter one of its status,
+    exit code and error; one line on stderr if neither can be written (the exit status
+    stands)."""
     from ..diagnostics.steps import steps_note
 
     try:
-        final = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
-        _write_json(report, dict({"note": steps_note(recorder)}, **final))
-    except (OSError, ValueError) as err:
-        _report_write_error(report, err)
+        full = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
+        _write_json(report, dict({"note": steps_note(recorder)}, **full))
+        return
+    except Exception as err:  # noqa: BLE001 - a full disk, or what the script replaced
+        why = err
+    try:
+        _write_short(report, dict(final, note="the full report could not be written (%s); "
+                                              "this is its status, exit code and error"
+                                              % (_error_line(why),)))
+    except Exception:  # noqa: BLE001 - reported once, in the error line below
+        _report_write_error(report, why)
+
+
+def _json_text(value):
+    """``value`` (None, a bool, a number, a str, or a list or dict of them) as JSON, with
+    nothing the script may have replaced: no json module, only built-in types' methods."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return "%d" % value
+    if isinstance(value, float):
+        return repr(float(value)) if value == value and abs(value) != float("inf") else "null"
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ", ".join(_json_text(item) for item in value)
+    if isinstance(value, dict):
+        return "{\n  %s\n}" % ",\n  ".join("%s: %s" % (_json_text(str(k)), _json_text(v))
+                                          for k, v in value.items())
+    text = value if isinstance(value, str) else _safe_str(value)
+    return '"%s"' % "".join(c if c >= " " and c not in '"\\' and not "\ud800" <= c <= "\udfff"
+                            else "\\u%04x" % ord(c) for c in text)
+
+
+def _write_short(report, payload):
+    """Write ``payload`` to ``report`` through a temporary file and a rename, with the ``os``
+    functions taken before the script ran."""
+    tmp = "%s.%d.tmp" % (report, _OS["getpid"]())
+    fd = _OS["open"](tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        _OS["write"](fd, (_json_text(payload) + "\n").encode("utf-8"))
+        _OS["fsync"](fd)
+    finally:
+        _OS["close"](fd)
+    try:
+        _OS["replace"](tmp, report)
+    except OSError:
+        _OS["unlink"](tmp)
+        raise

@@ -1,7 +1,8 @@
 """The samples of ``mxmixed convert``: ``--inputs FILE.npy`` or ``FILE.npz``, ``--input
 NAME:SHAPE[:DTYPE[:HIGH]]`` or ``--input-shape``, checked against the graph's data inputs and the
-available memory before any array is drawn or read (a ``.npz`` is read from each array's header
-first, and never unpickled)."""
+available memory before any array is drawn or read. The files are read by
+:mod:`mxmixed._files.npz`: names from the zip directory, shapes from each array's header, then
+only the rows used; nothing is unpickled."""
 import argparse
 import difflib
 import os
@@ -9,10 +10,14 @@ import os
 from ._args import parse_shape
 from ._preflight import CLIError, check_memory, estimate_convert_memory
 
-__all__ = ["input_spec", "convert_samples"]
+__all__ = ["input_spec", "check_input_specs", "convert_samples"]
 
 
 _SPEC_DTYPES = ("float32", "int32")
+# the largest HIGH of each --input dtype: the values drawn in [0, HIGH) are finite and fit it
+_SPEC_HIGH = {"int32": 2 ** 31, "float32": 3.4028234663852886e38}
+# the names a one-line refusal lists before "(N in all)"
+_SHOWN = 8
 
 
 def input_spec(text):
@@ -39,10 +44,37 @@ def input_spec(text):
         high = int(parts[3]) if integer else float(parts[3])
     except ValueError:
         high = None
-    if high is None or not high > 0 or (not integer and high == float("inf")):
-        raise argparse.ArgumentTypeError("%r: HIGH must be a positive %s, got %r"
-                                         % (text, "integer" if integer else "number", parts[3]))
+    if high is None or not 0 < high <= _SPEC_HIGH[dtype_name]:  # NaN fails the comparison
+        raise argparse.ArgumentTypeError(
+            "%r: HIGH must be a positive %s of at most %s (%s's range), got %r"
+            % (text, "integer" if integer else "finite number",
+               "2^31" if integer else "3.4e38", dtype_name, parts[3]))
     return name, shape, dtype_name, high
+
+
+def check_input_specs(specs):
+    """Refuse, in one line, a data input named by two ``--input`` specs (before any work).
+
+    Parameters
+    ----------
+    specs : list of tuple or None
+        ``--input``'s ``(name, shape, dtype, high)`` specs.
+
+    Raises
+    ------
+    CLIError
+    """
+    seen = set()
+    for name, *_ in specs or ():
+        if name in seen:
+            raise CLIError("--input %s is given twice; give one --input per data input" % name)
+        seen.add(name)
+
+
+def _listed(names):
+    """``names`` for a one-line message: the first few, and how many in all."""
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (", ... (%d in all)" % len(names) if len(names) > _SHOWN else "")
 
 
 def convert_samples(args, symbolic, sym, arg_params, aux_params):
@@ -60,16 +92,19 @@ def convert_samples(args, symbolic, sym, arg_params, aux_params):
                                          args.validate or 8, strict=args.validate > 0)
         types = {n: a.dtype for n, a in samples.items() if a.dtype.kind in "iu"}
         return (samples if wants_samples else None), shapes, types
-    shape, mapped = _sample_shape(args)
+    _check_one_input(args, sym, arg_params, aux_params)
+    shape, header = _sample_shape(args)
     symbolic.check_params(sym, arg_params, aux_params, source="the params",
                           data_shapes={data_names[0]: (1,) + shape})
     count = args.validate or 8
-    check_memory(estimate_convert_memory(sym, data_names[0], shape, count, args.batch_size),
-                 "%d samples of shape %s and a forward pass at batch size %d"
+    rows = count if header is None or args.validate > 0 else min(count, header.shape[0])
+    read = 0 if header is None else rows * header.row_items * header.dtype.itemsize
+    check_memory(estimate_convert_memory(sym, data_names[0], shape, count, args.batch_size)
+                 + read, "%d samples of shape %s and a forward pass at batch size %d"
                  % (count, ",".join(map(str, shape)), args.batch_size))
     if not wants_samples:
         return None, shape, {}
-    return _samples(args, shape, mapped, count, strict=args.validate > 0), shape, {}
+    return _samples(args, shape, header, count, strict=args.validate > 0), shape, {}
 
 
 def _declared_types(args):
@@ -77,29 +112,53 @@ def _declared_types(args):
     drawing or reading a sample (the report of a conversion without samples names them)."""
     import numpy as np
 
+    from .._files.npz import NpzArchive, SamplesFileError
+
     if args.input_specs:
         return {name: np.dtype(kind) for name, _, kind, _ in args.input_specs
                 if kind.startswith("int")}
     if args.inputs and _is_npz(args.inputs):  # integers are passed as int32 (_npz_arrays)
-        return {name: np.dtype(np.int32) for name, (_, _, kind, _)
-                in _npz_members(args.inputs).items() if kind.kind in "iub"}
+        try:
+            with NpzArchive(args.inputs) as archive:
+                return {name: np.dtype(np.int32) for name in archive.names
+                        if archive.header(name).dtype.kind in "iub"}
+        except SamplesFileError as err:
+            raise CLIError("--inputs: %s" % err) from None
     return {}
 
 
-def _check_named_memory(inference, shapes, count, batch_size):
-    """Refuse, in one line, named samples whose forward passes would not fit in memory."""
-    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size),
+def _check_one_input(args, sym, arg_params, aux_params):
+    """Refuse, in one line naming the flags that fit, one sample shape for several inputs."""
+    _, names = _graph_inputs(sym, arg_params, aux_params)
+    if len(names) > 1:
+        flag = "--input-shape" if args.input_shape else "--inputs %s" % args.inputs
+        raise CLIError("this model has %d data inputs (%s), and %s gives samples for one: give "
+                       "--inputs FILE.npz with one array per input, named as the inputs, or "
+                       "one --input NAME:SHAPE[:DTYPE[:HIGH]] per input (%s)"
+                       % (len(names), _listed(names), flag,
+                          " ".join("--input %s:SHAPE" % n for n in names[:_SHOWN])
+                          + (" ..." if len(names) > _SHOWN else "")))
+
+
+def _check_named_memory(inference, shapes, count, batch_size, read=0):
+    """Refuse, in one line, named samples whose forward passes (and the ``read`` bytes of
+    their files) would not fit in memory."""
+    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size) + read,
                  "%d samples of %s and a forward pass at batch size %d"
                  % (count, ", ".join("%s %s" % (n, ",".join(map(str, s)) or "()")
                                      for n, s in shapes.items()), batch_size))
 
 
 def _is_npz(path):
-    """Whether ``path`` is a .npz archive (a zip file), whatever its name."""
+    """Whether ``path`` is a .npz archive (a zip file, or starts as one), whatever its name."""
     import zipfile
 
+    if not os.path.isfile(path):  # a FIFO would block; the .npy reader names what it is
+        return False
     try:
-        return os.path.isfile(path) and zipfile.is_zipfile(path)
+        with open(path, "rb") as handle:
+            start = handle.read(4)
+        return start in (b"PK\x03\x04", b"PK\x05\x06") or zipfile.is_zipfile(path)
     except OSError:
         return False
 
@@ -115,42 +174,40 @@ def _graph_inputs(sym, arg_params, aux_params):
 
 def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
     """Samples as a dict of named arrays (from --inputs FILE.npz or --input specs), checked
-    against the graph's data inputs, and the shape of one sample of each."""
+    against the graph's data inputs, and the shape of one sample of each.
+
+    The names are compared, and the memory the samples, the file's rows and the forward passes
+    take is checked, before any array is read or drawn.
+    """
     import numpy as np
 
+    from .._files.npz import NpzArchive, SamplesFileError
+
     inference, names = _graph_inputs(sym, arg_params, aux_params)
-    source = "--inputs %s" % args.inputs if args.inputs else "--input"
-    declared = ({n: tuple(m[0][1:]) for n, m in _npz_members(args.inputs).items()}
-                if args.inputs else {spec[0]: spec[1] for spec in args.input_specs})
-    if set(declared) == set(names):  # otherwise the names are refused below, before any work
-        _check_named_memory(inference, declared, count, args.batch_size)
     if args.inputs:
-        arrays = _npz_arrays(args.inputs, count, strict)
+        try:
+            with NpzArchive(args.inputs) as archive:
+                if not archive.names:
+                    raise CLIError("inputs file %s is a .npz archive with no arrays; the "
+                                   "graph's data inputs are %s (one array each)"
+                                   % (args.inputs, _listed(names)))
+                _check_names("--inputs %s" % args.inputs, archive.names, names, "array")
+                arrays = _npz_arrays(args, archive, names, inference, count, strict)
+        except SamplesFileError as err:
+            raise CLIError("--inputs: %s" % err) from None
     else:
+        specs = {spec[0]: spec for spec in args.input_specs}
+        _check_names("--input", list(specs), names, "--input")
+        _check_named_memory(inference, {n: specs[n][1] for n in names}, count, args.batch_size)
         rng = np.random.RandomState(args.seed)
         arrays = {}
-        for name, shape, dtype_name, high in args.input_specs:
-            if name in arrays:
-                raise CLIError("--input %s is given twice; the graph's data inputs are %s"
-                               % (name, ", ".join(names)))
-            if name not in names:
-                continue  # named in the one-line refusal below; no sample is drawn for it
+        for name in names:
+            _, shape, dtype_name, high = specs[name]
             if dtype_name.startswith("int"):
                 arrays[name] = rng.randint(0, high, size=(count,) + shape).astype(dtype_name)
             else:
                 arrays[name] = rng.uniform(0.0, high, size=(count,) + shape).astype(dtype_name)
-    unknown = [n for n in declared if n not in names]
-    missing = [n for n in names if n not in arrays]
-    if unknown or missing:
-        raise CLIError("%s: %s; the graph's data inputs are %s (one %s each)"
-                       % (source, "no data input named %s%s" % (
-                           ", ".join(map(repr, unknown)),
-                           " (did you mean %r?)" % difflib.get_close_matches(
-                               unknown[0], names, n=1)[0]
-                           if difflib.get_close_matches(unknown[0], names, n=1) else "")
-                          if unknown else "no samples for %s" % ", ".join(missing),
-                          ", ".join(names), "array" if args.inputs else "--input"))
-    arrays = {n: arrays[n] for n in names}
+    source = "--inputs %s" % args.inputs if args.inputs else "--input"
     dtypes = {n: np.dtype(a.dtype) for n, a in arrays.items()}
     from .._core import graph
 
@@ -168,82 +225,47 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
     return arrays, shapes
 
 
-def _npz_members(path):
-    """``{name: (shape, fortran_order, dtype, zip member)}`` of a .npz, from each array's header.
+def _check_names(source, given, names, each):
+    """Refuse, in one line, samples named otherwise than the graph's data inputs."""
+    unknown = [n for n in given if n not in names]
+    missing = [n for n in names if n not in given]
+    if not (unknown or missing):
+        return
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        what = "no data input named %s%s" % (_listed(list(map(repr, unknown))),
+                                              " (did you mean %r?)" % close[0] if close else "")
+    else:
+        what = "no samples for %s" % _listed(missing)
+    raise CLIError("%s: %s; the graph's data inputs are %s (one %s each)"
+                   % (source, what, _listed(names), each))
 
-    Nothing but the headers is read, and no pickled (object) array is accepted, so a crafted
-    archive can neither run code nor make this allocate what it declares.
-    """
-    import zipfile
 
+def _npz_arrays(args, archive, names, inference, count, strict):
+    """The first ``count`` samples of each array of a .npz named as the graph's data inputs:
+    int32 for integers, else float32. Their headers and the memory are checked first."""
     import numpy as np
 
-    members = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if not info.filename.endswith(".npy"):
-                    raise ValueError("member %r is not a .npy array" % info.filename)
-                with archive.open(info) as handle:
-                    version = np.lib.format.read_magic(handle)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shape, fortran, dtype = read(handle)
-                if dtype.hasobject:
-                    raise ValueError("array %r holds Python objects (a pickle), which are "
-                                     "never loaded" % info.filename[:-4])
-                members[info.filename[:-4]] = (shape, fortran, dtype, info)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CLIError("cannot read inputs file %s as a NumPy .npz archive: %s"
-                       % (path, str(err).splitlines()[0] if str(err) else type(err).__name__)
-                       ) from None
-    return members
-
-
-def _npz_rows(path, member, count):
-    """The first ``count`` rows of one array of a .npz, reading no more of it than they take."""
-    import zipfile
-
-    import numpy as np
-
-    shape, fortran, dtype, info = member
-    rows = min(count, shape[0])
-    row_items = int(np.prod(shape[1:], dtype=np.int64))
-    with zipfile.ZipFile(path) as archive, archive.open(info) as handle:
-        version = np.lib.format.read_magic(handle)
-        (np.lib.format.read_array_header_1_0 if version == (1, 0)
-         else np.lib.format.read_array_header_2_0)(handle)
-        if fortran and len(shape) > 1:  # column-major: the first rows are not contiguous
-            data = handle.read(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-            full = np.frombuffer(data, dtype=dtype).reshape(shape, order="F")
-            return np.ascontiguousarray(full[:rows])
-        data = handle.read(rows * row_items * dtype.itemsize)
-    if len(data) != rows * row_items * dtype.itemsize:
-        raise CLIError("inputs file %s: array %r is cut short" % (path, info.filename[:-4]))
-    return np.frombuffer(data, dtype=dtype).reshape((rows,) + tuple(shape[1:]))
-
-
-def _npz_arrays(path, count, strict):
-    """The first ``count`` samples of each array of a .npz: int32 for integers, else float32."""
-    import numpy as np
-
-    members = _npz_members(path)
-    if not members:
-        raise CLIError("inputs file %s is a .npz archive with no arrays" % path)
-    for name, (shape, _, kind, _) in members.items():
-        if len(shape) < 1 or kind.kind not in "fiub":
-            raise CLIError("inputs file %s: array %r must hold numbers, one sample per row "
-                           "(N, ...), got %s of shape %s" % (path, name, kind, shape))
-        if shape[0] < count and strict:
+    path = args.inputs
+    headers = {name: archive.header(name) for name in names}
+    for name, header in headers.items():
+        if len(header.shape) < 1:
+            raise CLIError("inputs file %s: array %r must hold one sample per row (N, ...), "
+                           "got a scalar" % (path, name))
+        if header.shape[0] < count and strict:
             raise CLIError("inputs file %s: array %r holds %d samples, fewer than the %d asked "
-                           "for" % (path, name, shape[0], count))
-    lengths = {shape[0] for shape, _, _, _ in members.values()}
+                           "for" % (path, name, header.shape[0], count))
+    lengths = {header.shape[0] for header in headers.values()}
     if len(lengths) > 1:
         raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
-                       % (path, ", ".join("%s %d" % (n, m[0][0]) for n, m in members.items())))
+                       % (path, ", ".join("%s %d" % (n, h.shape[0]) for n, h in headers.items())))
+    rows = min(count, lengths.pop())
+    _check_named_memory(inference, {n: h.shape[1:] for n, h in headers.items()}, rows,
+                        args.batch_size, sum(rows * h.row_items * h.dtype.itemsize
+                                             for h in headers.values()))
     out = {}
-    for name, member in members.items():
-        value = _npz_rows(path, member, count)
+    for name in names:
+        value = archive.rows(name, rows)
         if value.dtype.kind in "iub":
             if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
                 raise CLIError("inputs file %s: array %r holds integers beyond int32"
@@ -261,48 +283,54 @@ def _npz_arrays(path, count, strict):
 
 
 def _sample_shape(args):
-    """The shape of one sample: from --input-shape, or read from the .npy header."""
-    import zipfile
-
-    import numpy as np
+    """The shape of one sample, from --input-shape or the .npy header, and that header (None
+    for --input-shape)."""
+    from .._files.npz import SamplesFileError, read_header
 
     if args.input_shape:
         return args.input_shape, None
     if not os.path.isfile(args.inputs):
-        raise CLIError("inputs file %s does not exist" % args.inputs)
+        raise CLIError("inputs file %s %s" % (args.inputs, "is not a regular file"
+                                              if os.path.exists(args.inputs)
+                                              else "does not exist"))
     try:
-        samples = np.load(args.inputs, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CLIError("cannot read inputs file %s as a NumPy .npy array: %s"
-                       % (args.inputs, str(err).splitlines()[0] if str(err)
-                          else type(err).__name__)) from None
-    if not isinstance(samples, np.ndarray):  # np.load opens a .npz archive as an NpzFile
-        names = list(samples.files)
-        samples.close()
-        raise CLIError("--inputs takes one .npy array; %s is a .npz archive of %d arrays (%s): "
-                       "save the samples the model takes as one, e.g. "
-                       "np.save('samples.npy', np.load('%s')['%s'])"
-                       % (args.inputs, len(names), ", ".join(names[:5]) or "none",
-                          os.path.basename(args.inputs), names[0] if names else "x"))
-    if samples.ndim < 2 or not np.issubdtype(samples.dtype, np.number):
+        with open(args.inputs, "rb") as handle:
+            header = read_header(handle, args.inputs)
+    except SamplesFileError as err:
+        raise CLIError("--inputs: %s" % err) from None
+    except OSError as err:
+        raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
+                       ) from None
+    if len(header.shape) < 2 or header.dtype.kind not in "iuf":
         raise CLIError("inputs file %s must hold a numeric array of samples (N, ...), got "
-                       "shape %s" % (args.inputs, samples.shape))
-    return tuple(samples.shape[1:]), samples
+                       "%s of shape %s" % (args.inputs, header.dtype, header.shape))
+    return tuple(header.shape[1:]), header
 
 
-def _samples(args, shape, mapped, count, strict):
-    """``count`` float32 samples: the first of --inputs, or random uniform [0, 1)."""
+def _samples(args, shape, header, count, strict):
+    """``count`` float32 samples: the first rows of --inputs (its ``header``), or random
+    uniform [0, 1)."""
     import numpy as np
 
-    if mapped is None:
+    from .._files.npz import SamplesFileError, read_header, read_rows
+
+    if header is None:
         return np.random.RandomState(args.seed).uniform(
             0.0, 1.0, size=(count,) + shape).astype(np.float32)
     if not strict:
-        count = min(count, len(mapped))
-    if len(mapped) < count:
+        count = min(count, header.shape[0])
+    if header.shape[0] < count:
         raise CLIError("inputs file %s holds %d samples, fewer than the %d asked for"
-                       % (args.inputs, len(mapped), count))
-    samples = np.array(mapped[:count], dtype=np.float32)
+                       % (args.inputs, header.shape[0], count))
+    try:
+        with open(args.inputs, "rb") as handle:
+            read_header(handle, args.inputs)
+            samples = read_rows(handle, header, count, args.inputs).astype(np.float32)
+    except SamplesFileError as err:
+        raise CLIError("--inputs: %s" % err) from None
+    except OSError as err:
+        raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
+                       ) from None
     bad = samples.size - int(np.isfinite(samples).sum())
     if bad:  # relu(NaN) is 0 on oneDNN: NaN samples can even pass a validation
         raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as float32); "

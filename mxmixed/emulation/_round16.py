@@ -42,7 +42,11 @@ after the library is complete; the library itself is compiled under a temporary 
 renamed); before loading, the file must be a regular file of this user, writable by nobody
 else, and match its record. A library that does not (truncated, replaced, unrecorded) is
 rebuilt, with a warning when it was damaged; if it cannot be, the emulation falls back with
-one warning.
+one warning. The folder's build lock (``.round16.lock``) and the record are opened without
+following a link and without blocking, and checked the same way before ``flock`` or a read: a
+FIFO or a file of someone else put in their place cannot make a run wait. A lock that is not
+ours, or that another process holds for more than two minutes, sends the build to a private
+temporary folder (one warning).
 
 .. note::
    The library is loaded with MXNet's ``MXLoadLib`` C call, not ``mx.library.load``: the
@@ -62,6 +66,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 
 import mxnet as mx
 
@@ -89,6 +94,9 @@ _STATE = {"tried": False, "op": None, "why": "not built yet", "layout_library": 
 _PRIVATE = {}
 # the size of a library's record; anything larger is not one
 _RECORD_LIMIT = 4096
+# how long a build waits for the cache folder's lock (another process's build) before it
+# builds in a private folder instead
+_LOCK_WAIT_S = 120.0
 
 
 def _mxnet_dir():
@@ -134,6 +142,9 @@ def _folder_problem(folder, tighten=False):
 def _read_own(path, limit=None):
     """The bytes of ``path``, a regular file of this user that nobody else can write (no link).
 
+    It is opened without blocking (a FIFO put in its place would wait for a writer forever)
+    and checked before a byte is read.
+
     Raises
     ------
     OSError
@@ -141,7 +152,7 @@ def _read_own(path, limit=None):
     ValueError
         When it is not such a file, or larger than ``limit`` (one line).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -152,6 +163,52 @@ def _read_own(path, limit=None):
         if limit is not None and info.st_size > limit:
             raise ValueError("%s is %d bytes, more than a record" % (path, info.st_size))
         return handle.read()
+
+
+class _LockRefused(Exception):
+    """The cache folder's lock cannot be taken: not ours, not a plain file, or held too long."""
+
+
+def _take_lock(folder):
+    """The descriptor of ``folder``'s build lock, held (``flock``) by this process.
+
+    The lock file is opened without following a link and without blocking, and checked (a
+    regular file of this user that nobody else can write) before ``flock``; ``flock`` does not
+    block either, and is tried again until :data:`_LOCK_WAIT_S` seconds have passed, so that a
+    lock file planted and held by someone else cannot make a run wait.
+
+    Raises
+    ------
+    _LockRefused
+        Why the lock cannot be used (one line).
+    """
+    path = os.path.join(folder, ".round16.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
+    except OSError as err:  # ELOOP: a link
+        raise _LockRefused("the lock file %s cannot be opened (%s)"
+                           % (path, err.strerror or err)) from None
+    try:
+        info = os.fstat(fd)
+        problem = (_not_ours(info, "the lock file %s" % path) if stat.S_ISREG(info.st_mode)
+                   else "the lock file %s is not a regular file" % path)
+        if problem:
+            raise _LockRefused(problem)
+        deadline, pause = time.monotonic() + _LOCK_WAIT_S, 0.05
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise _LockRefused("the lock file %s has been held by another process for "
+                                       "more than %g s" % (path, _LOCK_WAIT_S)) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _record_of(path):
@@ -255,11 +312,14 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", export
     problem = _folder_problem(target_dir, tighten=default)
     if problem:
         target_dir = _private_folder(target_dir, problem)
-    path = os.path.join(target_dir, "%s-%s.so" % (prefix, key.hexdigest()[:16]))
-    lock = os.open(os.path.join(target_dir, ".round16.lock"),
-                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    name = "%s-%s.so" % (prefix, key.hexdigest()[:16])
+    try:  # one build at a time; none sees another half-done
+        lock = _take_lock(target_dir)
+    except _LockRefused as err:
+        target_dir = _private_folder(target_dir, str(err))
+        lock = _take_lock(target_dir)
+    path = os.path.join(target_dir, name)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; none sees another half-done
         damage = _damage(path)
         if damage is None:
             return path

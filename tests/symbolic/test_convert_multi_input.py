@@ -155,7 +155,8 @@ def test_a_file_that_only_starts_like_a_zip_is_one_line(bert, tmp_path, capsys):
     path = str(tmp_path / "broken.npz")
     with open(path, "wb") as handle:
         handle.write(b"PK\x03\x04 and nothing a zip file holds")
-    assert "cannot read inputs file" in _refusal(bert, tmp_path, capsys, path)
+    assert "as a NumPy .npz archive: File is not a zip file" in _refusal(
+        bert, tmp_path, capsys, path)
 
 
 def test_a_npz_whose_arrays_disagree_on_the_sample_count_is_refused(bert, tmp_path, capsys):
