@@ -18,7 +18,6 @@ import struct
 import numpy as np
 
 import mxnet as mx
-from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from .._core.dtypes import MXNET_CODES
 from .._core.errors import one_line
@@ -158,7 +157,7 @@ _DENIED_PREFIXES = {
 _SUBGRAPH_OPS = ("_foreach", "_while_loop", "_cond")
 # what a variable's __dtype__ may say, as MXNet writes it: unknown (-1) or a dtype it knows
 # (float32 0 ... bool 7, bfloat16 12); MXNet's AMP pass looks any other code up and fails
-_DTYPE_CODES = tuple(str(code) for code in sorted(_DTYPE_MX_TO_NP))
+_DTYPE_CODES = ("-1",) + tuple(str(code) for code in sorted(MXNET_CODES))  # -1: unknown
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
 _PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
 _TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
@@ -304,54 +303,13 @@ class _GraphWalk:
             raise self.bad("it has more than %d nodes" % MAX_GRAPH_NODES)
         counts = []
         for index, node in enumerate(nodes):
-            if not isinstance(node, dict) or not isinstance(node.get("op"), str) \
-                    or not isinstance(node.get("name"), str) \
-                    or not isinstance(node.get("inputs", []), list):
-                raise self.bad("%snode %d is not an MXNet node (op, name, inputs)"
-                               % (where, index))
-            op = node["op"]
-            for k, value in enumerate(node.get("inputs", [])):
-                self.entry(value, counts, "%sinput %d of node %d" % (where, k, index))
-            deps = node.get("control_deps", [])
-            if not isinstance(deps, list) or not all(
-                    type(d) is int and 0 <= d < index for d in deps):
-                raise self.bad("%sa control dependency of node %d is not a node before it"
-                               % (where, index))
-            if deps:
-                raise self.bad("%snode %d (%r) has control dependencies: no export writes "
-                               "them, and MXNet's AMP pass copies them pointing into the "
-                               "unconverted graph" % (where, index, node["name"][:80]))
-            named = "%snode %d (%s)" % (where, index, op[:80])
-            attrs = self.attrs(node, named)
-            if op == "null":
-                if node.get("inputs") or node.get("subgraphs"):
-                    raise self.bad("%snode %d is a variable with inputs" % (where, index))
-                dtype = attrs.get("__dtype__")
-                if dtype is not None and dtype not in _DTYPE_CODES:
-                    raise self.bad("%svariable %d (%r) declares __dtype__=%r, which is none "
-                                   "of MXNet's dtype codes (%s)"
-                                   % (where, index, node["name"][:80], dtype[:40],
-                                      ", ".join(_DTYPE_CODES)))
-                counts.append(1)
-                continue
-            why = _denied(op)
-            if why is not None:
-                raise self.bad("%snode %d (%r) uses the op %s, which %s"
-                               % (where, index, node["name"][:80], op[:80], why))
-            self.count_attrs(attrs, named)
-            subgraphs = node.get("subgraphs", [])
-            if not isinstance(subgraphs, list) or subgraphs and op not in _SUBGRAPH_OPS:
-                raise self.bad("%s carries subgraphs, which only %s do"
-                               % (named, ", ".join(_SUBGRAPH_OPS)))
-            for k, sub in enumerate(subgraphs):
-                self.graph(sub, "%ssubgraph %d of node %d: " % (where, k, index))
-            counts.append(self.outputs_of(op, attrs, named))
-            self.outputs += counts[-1]
-            if self.outputs > self.max_outputs:
-                raise self.bad("its nodes have more than %d outputs in all (65536 and one for "
-                               "every 16 bytes of the file)" % self.max_outputs)
+            self.node(node, index, where, counts)
         for k, value in enumerate(graph["heads"]):
             self.entry(value, counts, "%shead %d" % (where, k))
+        self.graph_attrs(graph, nodes, where)
+
+    def graph_attrs(self, graph, nodes, where):
+        """Check a graph's ``arg_nodes`` and its attributes."""
         arg_nodes = graph.get("arg_nodes", [])
         if not isinstance(arg_nodes, list) or not all(
                 type(n) is int and 0 <= n < len(nodes) and nodes[n]["op"] == "null"
@@ -364,6 +322,55 @@ class _GraphWalk:
                                              and version[0] == "int" and type(version[1]) is int)):
             raise self.bad("%sits graph attributes are not the mxnet_version MXNet writes"
                            % where)
+
+    def node(self, node, index, where, counts):
+        """Check one node of a graph; append the number of its outputs to ``counts``."""
+        if not isinstance(node, dict) or not isinstance(node.get("op"), str) \
+                or not isinstance(node.get("name"), str) \
+                or not isinstance(node.get("inputs", []), list):
+            raise self.bad("%snode %d is not an MXNet node (op, name, inputs)"
+                           % (where, index))
+        op = node["op"]
+        for k, value in enumerate(node.get("inputs", [])):
+            self.entry(value, counts, "%sinput %d of node %d" % (where, k, index))
+        deps = node.get("control_deps", [])
+        if not isinstance(deps, list) or not all(
+                type(d) is int and 0 <= d < index for d in deps):
+            raise self.bad("%sa control dependency of node %d is not a node before it"
+                           % (where, index))
+        if deps:
+            raise self.bad("%snode %d (%r) has control dependencies: no export writes "
+                           "them, and MXNet's AMP pass copies them pointing into the "
+                           "unconverted graph" % (where, index, node["name"][:80]))
+        named = "%snode %d (%s)" % (where, index, op[:80])
+        attrs = self.attrs(node, named)
+        if op == "null":
+            if node.get("inputs") or node.get("subgraphs"):
+                raise self.bad("%snode %d is a variable with inputs" % (where, index))
+            dtype = attrs.get("__dtype__")
+            if dtype is not None and dtype not in _DTYPE_CODES:
+                raise self.bad("%svariable %d (%r) declares __dtype__=%r, which is none "
+                               "of MXNet's dtype codes (%s)"
+                               % (where, index, node["name"][:80], dtype[:40],
+                                  ", ".join(_DTYPE_CODES)))
+            counts.append(1)
+            return
+        why = _denied(op)
+        if why is not None:
+            raise self.bad("%snode %d (%r) uses the op %s, which %s"
+                           % (where, index, node["name"][:80], op[:80], why))
+        self.count_attrs(attrs, named)
+        subgraphs = node.get("subgraphs", [])
+        if not isinstance(subgraphs, list) or subgraphs and op not in _SUBGRAPH_OPS:
+            raise self.bad("%s carries subgraphs, which only %s do"
+                           % (named, ", ".join(_SUBGRAPH_OPS)))
+        for k, sub in enumerate(subgraphs):
+            self.graph(sub, "%ssubgraph %d of node %d: " % (where, k, index))
+        counts.append(self.outputs_of(op, attrs, named))
+        self.outputs += counts[-1]
+        if self.outputs > self.max_outputs:
+            raise self.bad("its nodes have more than %d outputs in all (65536 and one for "
+                           "every 16 bytes of the file)" % self.max_outputs)
 
 
 def check_graph(graph, source, nbytes):
