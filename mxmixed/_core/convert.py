@@ -42,7 +42,8 @@ __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle
 
 # Ops in none of AMP's bfloat16 lists whose CPU kernels are float32 only ("Only FP32 is
 # supported on CPU", transformer.cc): after a FullyConnected in bfloat16 they would get
-# bfloat16 inputs, so a bfloat16 conversion keeps them float32 (gluonnlp's attention).
+# bfloat16 inputs, so a bfloat16 conversion keeps them float32 (gluonnlp's attention), and
+# mxmixed's bfloat16 AMP adds them to AMP's float32 list (training._amp).
 NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
                        "_contrib_interleaved_matmul_selfatt_valatt",
                        "_contrib_interleaved_matmul_encdec_qk",

@@ -21,6 +21,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 
 from .. import emulation
+from .._core.convert import NO_BFLOAT16_CPU_OPS
 from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
@@ -48,6 +49,16 @@ def _check_target(target_dtype):
                            "there and the net would silently stay float32; call "
                            "mxmixed.init before npx.set_np, or run without NumPy mode")
     return name
+
+
+def _fp32_ops(target, fp32_ops):
+    """The float32 list ``amp.init`` gets: for bfloat16, the given one (or AMP's) plus the ops
+    whose CPU kernels are float32 only, which AMP's bfloat16 lists leave to their inputs'
+    dtype."""
+    if target != "bfloat16":
+        return fp32_ops
+    ops = list(fp32_ops if fp32_ops is not None else amp.lists.symbol_bf16.FP32_FUNCS)
+    return ops + [op for op in NO_BFLOAT16_CPU_OPS if op not in ops]
 
 
 def _warn_hybridized_blocks():
@@ -104,6 +115,8 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
         Op-list overrides, exactly as ``amp.init`` takes them: each list *replaces* AMP's own
         (``fp32_ops=['FullyConnected']`` drops softmax and the rest from the float32 list).
         :func:`mxmixed.diagnostics.keep_in_float32` builds lists that extend AMP's instead.
+        For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs)
+        are added to the float32 list, AMP's or the one given.
     emulate : {'auto', True, False}, default 'auto'
         CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
         contexts), False never.
@@ -173,7 +186,8 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
     if mode:
         emulation.enable(mode)
     amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-             conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+             conditional_fp32_ops=conditional_fp32_ops,
+             fp32_ops=_fp32_ops(target, fp32_ops))
     AMP.settings = settings
 
 
@@ -254,7 +268,8 @@ def amp_scope(enabled: bool = True, target_dtype: str = "float16",
         with emulation.emulated(mode) if mode else contextlib.nullcontext():
             try:
                 amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                         conditional_fp32_ops=conditional_fp32_ops, fp32_ops=fp32_ops)
+                         conditional_fp32_ops=conditional_fp32_ops,
+                         fp32_ops=_fp32_ops(target, fp32_ops))
                 AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
                 yield True
             finally:
