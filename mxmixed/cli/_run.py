@@ -22,6 +22,7 @@ or ``python -m mxmixed.run ...``. What the steps did is recorded by
 import argparse
 import contextlib
 import datetime
+import io
 import json
 import os
 import runpy
@@ -506,6 +507,25 @@ def _finish_report(report, final, state, recorder):
 
     try:
         final = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
-        _write_json(report, dict({"note": steps_note(recorder)}, **final))
+        final = dict({"note": steps_note(recorder)}, **final)
+        _write_json(report, final)
     except (OSError, ValueError) as err:
         _report_write_error(report, err)
+        return
+    _draw_report(report, json.loads(json.dumps(final, default=str)))
+
+
+def _draw_report(report, data):
+    """Draw the report's picture beside it (``R.png``); any failure is one line on stderr."""
+    from ..diagnostics.plots import plot_run, run_picture_path
+
+    picture = run_picture_path(report)
+    try:
+        buffer = io.BytesIO()
+        plot_run(data).savefig(buffer, format="png", dpi=100)
+        atomic_write(picture, buffer.getvalue())
+    except Exception as err:  # noqa: B902 - a picture never changes the script's exit status
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        print("mxmixed run: error: cannot draw the report's picture %s: %s"
+              % (picture, str(reason).splitlines()[0] if str(reason) else type(err).__name__),
+              file=sys.stderr)
