@@ -128,6 +128,45 @@ def _scale_lines(steps):
     return lines
 
 
+def _draw_scales(ax, steps):
+    """The loss scale per step (log2 axis) and the skipped steps."""
+    lines = _scale_lines(steps)
+    by_step = {}
+    for trainer, (xs, ys) in sorted(lines.items()):
+        label = "loss scale" + (" (trainer %d)" % trainer if len(lines) > 1 else "")
+        ax.step(xs, ys, where="mid", lw=1.6, label=label, gid="loss_scale")
+        by_step.update(zip(xs, ys))
+    skipped = [s["step"] for s in steps if s.get("skipped")]
+    if skipped:
+        ax.plot(skipped, [by_step[n] for n in skipped], "x", color="#d62728", ms=8, mew=2,
+                ls="none", label="skipped step (inf/NaN)", gid="skipped")
+    if lines:
+        ax.set_yscale("log", base=2)
+        ax.set_ylabel("loss scale (log2 axis)")
+    else:
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no AMP loss scaler: no loss scale to draw", transform=ax.transAxes,
+                ha="center", va="center", fontsize=10, color="gray")
+
+
+def _draw_events(ax, report):
+    """The first non-finite gradient and the scaled clipping call sites, as vertical lines."""
+    events = []
+    first = (report.get("summary") or {}).get("first_nonfinite")
+    if first:
+        events.append((first["step"], "#d62728", ":", "first non-finite gradient, step %d: %s"
+                       % (first["step"], _short(first.get("layer") or first.get("tensor", "")))))
+    for site in report.get("scaled_clipping") or []:
+        if site.get("first_step") is not None:
+            how = "unscaled first" if site.get("unscaled") else "not unscaled"
+            events.append((site["first_step"], "#ff7f0e", "--",
+                           "clips scaled gradients (%s, %d calls): %s"
+                           % (how, site.get("calls", 0), _short(site["site"], 50))))
+    for n, (step, colour, style, label) in enumerate(events):  # the first drawn on top
+        ax.axvline(step, color=colour, ls=style, lw=2.2 if n == 0 else 1.4, label=label,
+                   gid="event", zorder=3 + len(events) - n)
+
+
 def plot_run(report: Mapping[str, Any],
              figsize: Tuple[float, float] = (10, 4.8)) -> "matplotlib.figure.Figure":
     """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened.
@@ -162,44 +201,15 @@ def plot_run(report: Mapping[str, Any],
                  % (script, len(steps), summary.get("skipped", 0),
                     report.get("status", "?")), fontsize=11)
     if not steps:
-        ax.text(0.5, 0.5, textwrap.fill(report.get("note") or "no optimizer step was seen", 90,
-                              break_on_hyphens=False),
-                transform=ax.transAxes, ha="center", va="center", fontsize=10)
+        note = textwrap.fill(report.get("note") or "no optimizer step was seen", 90,
+                             break_on_hyphens=False)
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=10)
         ax.set_xticks([])
         ax.set_yticks([])
         fig.tight_layout()
         return fig
-    lines = _scale_lines(steps)
-    by_step = {}
-    for trainer, (xs, ys) in sorted(lines.items()):
-        label = "loss scale" + (" (trainer %d)" % trainer if len(lines) > 1 else "")
-        ax.step(xs, ys, where="mid", lw=1.6, label=label, gid="loss_scale")
-        by_step.update(zip(xs, ys))
-    skipped = [s["step"] for s in steps if s.get("skipped")]
-    if skipped:
-        ax.plot(skipped, [by_step[n] for n in skipped], "x", color="#d62728", ms=8, mew=2,
-                ls="none", label="skipped step (inf/NaN)", gid="skipped")
-    if lines:
-        ax.set_yscale("log", base=2)
-        ax.set_ylabel("loss scale (log2 axis)")
-    else:
-        ax.set_yticks([])
-        ax.text(0.5, 0.5, "no AMP loss scaler: no loss scale to draw", transform=ax.transAxes,
-                ha="center", va="center", fontsize=10, color="gray")
-    events = []
-    first = summary.get("first_nonfinite")
-    if first:
-        events.append((first["step"], "#d62728", ":", "first non-finite gradient, step %d: %s"
-                       % (first["step"], _short(first.get("layer") or first.get("tensor", "")))))
-    for site in report.get("scaled_clipping") or []:
-        if site.get("first_step") is not None:
-            events.append((site["first_step"], "#ff7f0e", "--",
-                           "clips scaled gradients (%s, %d calls)"
-                           ": %s" % ("unscaled first" if site.get("unscaled") else "not unscaled",
-                                     site.get("calls", 0), _short(site["site"], 50))))
-    for n, (step, colour, style, label) in enumerate(events):  # the first drawn on top
-        ax.axvline(step, color=colour, ls=style, lw=2.2 if n == 0 else 1.4, label=label,
-                   gid="event", zorder=3 + len(events) - n)
+    _draw_scales(ax, steps)
+    _draw_events(ax, report)
     last = steps[-1]["step"]
     ax.set_xlim(0.5, last + 0.5)
     ax.set_xlabel("optimizer step")
