@@ -22,6 +22,7 @@ or ``python -m mxmixed.run ...``. What the steps did is recorded by
 import argparse
 import contextlib
 import datetime
+import io
 import json
 import os
 import runpy
@@ -597,10 +598,13 @@ def _finish_report(report, final, state, recorder):
 
     try:
         full = dict(final, emulation=state, summary=recorder.summary(), steps=recorder.steps)
-        _write_json(report, dict({"note": steps_note(recorder)}, **full))
-        return
+        full = dict({"note": steps_note(recorder)}, **full)
+        _write_json(report, full)
     except Exception as err:  # noqa: BLE001 - a full disk, or what the script replaced
         why = err
+    else:
+        _draw_report(report, full)
+        return
     try:
         _write_short(report, dict(final, note="the full report could not be written (%s); "
                                               "this is its status, exit code and error"
@@ -643,3 +647,19 @@ def _write_short(report, payload):
     except OSError:
         _OS["unlink"](tmp)
         raise
+
+
+def _draw_report(report, data):
+    """Draw the report's picture beside it (``R.png``), from the report as written (its JSON
+    read back); any failure is one line on stderr."""
+    from ..diagnostics.plots import plot_run, run_picture_path
+
+    picture = run_picture_path(report)
+    try:
+        buffer = io.BytesIO()
+        plot_run(json.loads(_DUMPS(data, default=str))).savefig(buffer, format="png", dpi=100)
+        atomic_write(picture, buffer.getvalue())
+    except Exception as err:  # noqa: BLE001 - a picture never changes the script's exit status
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        _say("mxmixed run: error: cannot draw the report's picture %s: %s"
+             % (picture, _error_line(reason) if not isinstance(reason, str) else reason))

@@ -1,10 +1,13 @@
-"""The talks' picture: a gradient histogram against float16's range, before and after scaling.
+"""The talks' picture: a gradient histogram against float16's range, before and after scaling;
+and the picture of a run (:func:`plot_run`): an ``mxmixed run --report``'s loss scale over the steps.
 
 Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never through
 ``pyplot``: nothing is shown, no global figure is left behind, and it works on a headless
 machine. A notebook displays the returned Figure; ``fig.savefig(path)`` writes it.
 """
 import math
+import os
+import textwrap
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -108,3 +111,115 @@ def plot_gradient_range(gradients: Union[Mapping[str, Any], LossScaleAdvice],
     fig.suptitle(title or "gradients against float16's range", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _short(text, width=70):
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def _scale_lines(steps):
+    """{trainer: ([step], [loss scale])} for the steps whose trainer had an AMP loss scaler."""
+    lines = {}
+    for s in steps:
+        if s.get("loss_scale") is not None:
+            xs, ys = lines.setdefault(s.get("trainer", 0), ([], []))
+            xs.append(s["step"])
+            ys.append(s["loss_scale"])
+    return lines
+
+
+def _draw_scales(ax, steps):
+    """The loss scale per step (log2 axis) and the skipped steps."""
+    lines = _scale_lines(steps)
+    by_step = {}
+    for trainer, (xs, ys) in sorted(lines.items()):
+        label = "loss scale" + (" (trainer %d)" % trainer if len(lines) > 1 else "")
+        ax.step(xs, ys, where="mid", lw=1.6, label=label, gid="loss_scale")
+        by_step.update(zip(xs, ys))
+    skipped = [s["step"] for s in steps if s.get("skipped")]
+    if skipped:
+        ax.plot(skipped, [by_step[n] for n in skipped], "x", color="#d62728", ms=8, mew=2,
+                ls="none", label="skipped step (inf/NaN)", gid="skipped")
+    if lines:
+        ax.set_yscale("log", base=2)
+        ax.set_ylabel("loss scale (log2 axis)")
+    else:
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no AMP loss scaler: no loss scale to draw", transform=ax.transAxes,
+                ha="center", va="center", fontsize=10, color="gray")
+
+
+def _draw_events(ax, report):
+    """The first non-finite gradient and the scaled clipping call sites, as vertical lines."""
+    events = []
+    first = (report.get("summary") or {}).get("first_nonfinite")
+    if first:
+        events.append((first["step"], "#d62728", ":", "first non-finite gradient, step %d: %s"
+                       % (first["step"], _short(first.get("layer") or first.get("tensor", "")))))
+    for site in report.get("scaled_clipping") or []:
+        if site.get("first_step") is not None:
+            how = "unscaled first" if site.get("unscaled") else "not unscaled"
+            events.append((site["first_step"], "#ff7f0e", "--",
+                           "clips scaled gradients (%s, %d calls): %s"
+                           % (how, site.get("calls", 0), _short(site["site"], 50))))
+    for n, (step, colour, style, label) in enumerate(events):  # the first drawn on top
+        ax.axvline(step, color=colour, ls=style, lw=2.2 if n == 0 else 1.4, label=label,
+                   gid="event", zorder=3 + len(events) - n)
+
+
+def plot_run(report: Mapping[str, Any],
+             figsize: Tuple[float, float] = (10, 4.8)) -> "matplotlib.figure.Figure":
+    """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened.
+
+    Parameters
+    ----------
+    report : dict
+        The report as written (``json.load`` of it): its ``steps``, ``summary`` and
+        ``scaled_clipping`` are drawn.
+    figsize : (float, float), default (10, 4.8)
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel over the step numbers: the loss scale each step's gradients carried (a
+        step line on a log2 axis, one per trainer with an AMP loss scaler; gid
+        ``loss_scale``), the skipped steps as red crosses at their scale (gid ``skipped``),
+        and vertical lines (gid ``event``) at the first non-finite gradient (its layer)
+        and at the first step of each call site that clipped gradients still carrying the loss
+        scale. A report with no step draws a panel that says so.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    steps = report.get("steps") or []
+    summary = report.get("summary") or {}
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    script = os.path.basename(str(report.get("script") or "the script"))
+    fig.suptitle("mxmixed run %s: %d optimizer steps, %d skipped on overflow (%s)"
+                 % (script, len(steps), summary.get("skipped", 0),
+                    report.get("status", "?")), fontsize=11)
+    if not steps:
+        note = textwrap.fill(report.get("note") or "no optimizer step was seen", 90,
+                             break_on_hyphens=False)
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=10)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.tight_layout()
+        return fig
+    _draw_scales(ax, steps)
+    _draw_events(ax, report)
+    last = steps[-1]["step"]
+    ax.set_xlim(0.5, last + 0.5)
+    ax.set_xlabel("optimizer step")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=1,
+              framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+def run_picture_path(report_path: str) -> str:
+    """Where ``mxmixed run --report R.json`` draws its picture: ``R.png`` beside the report."""
+    return os.path.splitext(report_path)[0] + ".png"

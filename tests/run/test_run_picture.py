@@ -1,0 +1,100 @@
+"""``mxmixed run --report R.json`` draws ``R.png`` beside the report: the loss scale per step on a
+log2 axis, the skipped steps, and the events (the first non-finite gradient, scaled clipping),
+drawn from the report's own numbers. The client is tests/data/clients/clip_scaled.py, whose
+float16 run overflows in its first steps and clips gradients that still carry the loss scale."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import matplotlib.image
+import pytest
+
+from mxmixed.cli._run import run_script
+from mxmixed.diagnostics.plots import plot_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLIENT = os.path.join(ROOT, "tests", "data", "clients", "clip_scaled.py")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _gid(ax, gid):
+    return [line for line in ax.get_lines() if line.get_gid() == gid]
+
+
+@pytest.fixture(scope="module")
+def clipped_run(tmp_path_factory):
+    """The report and the picture of a float16 run of the client (12 steps)."""
+    folder = tmp_path_factory.mktemp("run")
+    report = folder / "r.json"
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "mxmixed.run", "--report", str(report), CLIENT,
+                           "--dtype", "float16", "--clip", "gluon", "--steps", "12",
+                           "--save-losses", str(folder / "losses.json")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=str(folder))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "picture" not in proc.stderr, proc.stderr
+    return json.loads(report.read_text()), folder / "r.png"
+
+
+@pytest.mark.slow
+def test_the_picture_is_a_png_beside_the_report(clipped_run):
+    _, picture = clipped_run
+    assert picture.read_bytes()[:8] == PNG_SIGNATURE
+    height, width = matplotlib.image.imread(str(picture)).shape[:2]
+    assert (width, height) == (1000, 480)  # plot_run's figsize (10, 4.8) at 100 dpi
+
+
+@pytest.mark.slow
+def test_the_loss_scale_line_and_the_skipped_steps_are_the_reports(clipped_run):
+    data, _ = clipped_run
+    assert data["summary"]["skipped_steps"], "the client's float16 run is meant to overflow"
+    ax, = plot_run(data).axes
+    line, = _gid(ax, "loss_scale")
+    assert list(line.get_xdata()) == [s["step"] for s in data["steps"]]
+    assert list(line.get_ydata()) == [s["loss_scale"] for s in data["steps"]]
+    assert ax.get_yscale() == "log" and ax.yaxis.get_transform().base == 2
+    marks, = _gid(ax, "skipped")
+    assert list(marks.get_xdata()) == data["summary"]["skipped_steps"]
+    scale_of = {s["step"]: s["loss_scale"] for s in data["steps"]}
+    assert list(marks.get_ydata()) == [scale_of[n] for n in data["summary"]["skipped_steps"]]
+
+
+@pytest.mark.slow
+def test_the_events_are_the_first_nonfinite_gradient_and_the_scaled_clipping(clipped_run):
+    data, _ = clipped_run
+    ax, = plot_run(data).axes
+    first, clip = _gid(ax, "event")
+    assert list(first.get_xdata()) == [data["summary"]["first_nonfinite"]["step"]] * 2
+    assert data["summary"]["first_nonfinite"]["layer"] in first.get_label()
+    site, = data["scaled_clipping"]
+    assert list(clip.get_xdata()) == [site["first_step"]] * 2
+    assert "clip_scaled.py:%d" % site["line"] in clip.get_label()
+    assert "%d calls" % site["calls"] in clip.get_label()
+
+
+def test_a_run_without_steps_draws_a_picture_saying_so(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("x = 1\n")
+    report = tmp_path / "r.json"
+    assert run_script(str(script), [], report=str(report)) == 0
+    assert (tmp_path / "r.png").read_bytes()[:8] == PNG_SIGNATURE
+    ax, = plot_run(json.loads(report.read_text())).axes
+    assert not ax.get_lines()
+    assert [t.get_text().replace("\n", " ") for t in ax.texts] == [json.loads(
+        report.read_text())["note"]]
+
+
+def test_a_picture_that_cannot_be_written_is_one_line_and_keeps_the_exit_code(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        sys.exit(3)
+    """))
+    (tmp_path / "r.png").mkdir()  # a folder where the picture goes
+    assert run_script(str(script), [], report=str(tmp_path / "r.json")) == 3
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 3
+    err, = [line for line in capsys.readouterr().err.splitlines() if "picture" in line]
+    assert err.startswith("mxmixed run: error: cannot draw the report's picture %s: "
+                          % (tmp_path / "r.png"))
