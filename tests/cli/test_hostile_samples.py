@@ -8,7 +8,6 @@ traced): a crafted archive of a few hundred KB once inflated 3 GB before its one
 import io
 import math
 import os
-import subprocess
 import sys
 import tracemalloc
 import zipfile
@@ -17,7 +16,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_convert
+from conftest import ROOT, run_command, run_convert
 from mxmixed import cli
 
 WIDTH = 100
@@ -236,10 +235,10 @@ def test_the_largest_high_of_each_dtype_draws_finite_values(two, tmp_path, capsy
 def test_one_sample_shape_for_several_inputs_names_the_flags_without_mxnet_warnings(
         two, tmp_path):
     """The first-hour case: --input-shape on a model of two data inputs."""
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "convert", two, "0", "--out",
-                           str(tmp_path / "out"), "--validate", "4", "--input-shape", "100"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "convert", two, "0", "--out",
+                        str(tmp_path / "out"), "--validate", "4", "--input-shape", "100"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == cli.EXIT_USAGE, proc.stderr
     line, = proc.stderr.strip().splitlines()
     assert ("this model has 2 data inputs (a, b), and --input-shape gives samples for one: "

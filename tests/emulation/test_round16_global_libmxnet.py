@@ -6,15 +6,14 @@ extension API (``mxnet::ext::``, built with the other ``std::string`` ABI), and 
 library once exported every ``mxnet::ext::`` symbol it defined: the dynamic linker bound its
 references to libmxnet's, and its static initialiser died with SIGSEGV inside ``MXLoadLib``.
 The library now exports only the loader's entry points. Each run is a fresh interpreter with a
-fresh cache folder (so the library is built by the code under test), bounded by a timeout.
+fresh cache folder (so the library is built by the code under test), bounded by ``HANG_S``.
 """
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 from .test_round16_library import STEP
 
 # What horovod.mxnet does before mxmixed runs: import MXNet, then load a library with
@@ -28,15 +27,14 @@ ctypes.CDLL(os.path.join(os.path.dirname(mxnet.__file__), "libmxnet.so"), mode=c
 CHECKS = r"""
 print("BLOCKED %d" % _round16.blocked_calls())
 """
-TIMEOUT = 600  # a build of both libraries and one step take about 30 s on 2 busy cores
 
 
 def run_step(cache, global_libmxnet):
     code = (GLOBAL_LIBMXNET if global_libmxnet else "") + STEP + CHECKS
     env = dict(os.environ, PYTHONPATH=ROOT, MXMIXED_CACHE_DIR=str(cache),
                MXMIXED_EMULATION_KEEP_LAYOUTS="1")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=TIMEOUT)
+    proc = run_command([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, cwd=ROOT)
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     return proc, lines
 

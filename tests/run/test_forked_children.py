@@ -7,9 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+
+from conftest import HANG_S, communicate, run_command, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,20 +65,16 @@ def _script(tmp_path, body, name="script.py"):
 
 
 def _env():
-    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    return dict(os.environ, PYTHONPATH=ROOT)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(5))
 def test_dataloader_workers_and_a_pool_end_quietly_and_the_run_exits_0(tmp_path, attempt):
     script = _script(tmp_path, WORKERS_AND_POOL)
-    try:  # a hang is what this test looks for: a generous bound, far beyond a normal run
-        proc = subprocess.run([sys.executable, "-m", "mxmixed.run", script], env=_env(),
-                              capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
-    except subprocess.TimeoutExpired:
-        pytest.fail("test_dataloader_workers_and_a_pool_end_quietly_and_the_run_exits_0: "
-                    "mxmixed run hung (run %d of 5) after the script's DataLoaders and pool"
-                    % (attempt + 1))
+    # a hang is what this test looks for: run_command's HANG_S bound fails it, naming the run
+    proc = run_command([sys.executable, "-m", "mxmixed.run", script], env=_env(),
+                       capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done 2016.0 285" in proc.stdout
     assert "ScriptTerminated" not in proc.stderr and "Traceback" not in proc.stderr
@@ -89,16 +86,12 @@ def test_outside_sigterm_ends_the_run_its_workers_and_pool_with_one_line(tmp_pat
     script = _script(tmp_path, BUSY_WORKERS)
     proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", "--report", str(report),
                              script, str(pids), "5"], env=_env(), cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "started"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail("test_outside_sigterm_ends_the_run_its_workers_and_pool_with_one_line: "
-                    "mxmixed run did not end on SIGTERM")
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    started = proc.stdout.readline().strip()
+    proc.send_signal(signal.SIGTERM)
+    out, err = communicate(proc)  # a run that does not end on SIGTERM fails here, named
+    assert started == "started", err[-3000:]
     assert proc.returncode == 143, err[-3000:]
     assert "ScriptTerminated" not in err and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("mxmixed run:")]
@@ -125,22 +118,22 @@ def _running(pid):
 def test_workers_do_not_outlive_a_run_killed_outright(tmp_path):
     pids = tmp_path / "pids"
     script = _script(tmp_path, BUSY_WORKERS)
-    # the workers sleep far longer than the wait below: only the run's death can end them
-    proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", script, str(pids), "600"],
-                            env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # the workers sleep longer than the wait below may last: only the run's death can end them
+    proc = subprocess.Popen([sys.executable, "-m", "mxmixed.run", script, str(pids),
+                             str(2 * HANG_S)], env=_env(), cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "started"
     finally:
         proc.kill()  # SIGKILL: no handler, no clean-up in the run's process
-        proc.communicate(timeout=120)
+        communicate(proc)
     children = [int(pid) for pid in pids.read_text().split()]
     assert len(children) == 6
-    for _ in range(600):  # a bound on the wait, not a measured time: 60 s at most
-        alive = [pid for pid in children if _running(pid)]
-        if not alive:
-            break
-        time.sleep(0.1)
-    for pid in alive:  # clean up before failing
-        os.kill(pid, signal.SIGKILL)
-    assert not alive, "workers outlived the run: %s" % alive
+    try:
+        wait_for(lambda: not any(_running(pid) for pid in children),
+                 "the workers of a killed run to end (pids %s)" % children)
+    finally:  # clean up before failing
+        for pid in children:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

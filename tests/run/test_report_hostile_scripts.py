@@ -9,12 +9,11 @@ after it, so the report stays ``running`` (``docs/diagnostics.md`` says so).
 """
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_command
 
 SCRIPTS = {
     "closes sys.stderr, then raises": (
@@ -51,9 +50,9 @@ def _run(tmp_path, body):
     script = tmp_path / "script.py"
     script.write_text(body)
     report = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "mxmixed", "run", "--no-emulation", "--report",
-                           str(report), "script.py"], cwd=str(tmp_path), capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = run_command([sys.executable, "-m", "mxmixed", "run", "--no-emulation", "--report",
+                        str(report), "script.py"], cwd=str(tmp_path), capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     return proc, json.loads(report.read_text())
 
 

@@ -4,7 +4,6 @@ named by ``mxmixed run`` in one line and in its report, and ``--unscale-before-c
 learn like float32 without editing it. The client is tests/data/clients/clip_scaled.py."""
 import json
 import os
-import subprocess
 import sys
 import warnings
 
@@ -13,6 +12,7 @@ import pytest
 from mxnet import autograd, gluon
 
 import mxmixed
+from conftest import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLIENT = os.path.join(ROOT, "tests", "data", "clients", "clip_scaled.py")
@@ -30,11 +30,10 @@ def _line_of(text):
 def _run(tmp_path, flags, args):
     """``mxmixed run FLAGS --report R clip_scaled.py ARGS``: (stderr lines, report, losses)."""
     report, losses = tmp_path / "report.json", tmp_path / "losses.json"
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "mxmixed.run"] + flags
-                          + ["--report", str(report), CLIENT, "--save-losses", str(losses)]
-                          + args, capture_output=True, text=True, timeout=600, env=env,
-                          cwd=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = run_command([sys.executable, "-m", "mxmixed.run"] + flags
+                       + ["--report", str(report), CLIENT, "--save-losses", str(losses)]
+                       + args, capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (proc.stderr.splitlines(), json.loads(report.read_text()),
             json.loads(losses.read_text()))
