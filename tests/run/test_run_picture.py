@@ -4,13 +4,13 @@ drawn from the report's own numbers. The client is tests/data/clients/clip_scale
 float16 run overflows in its first steps and clips gradients that still carry the loss scale."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import matplotlib.image
 import pytest
 
+from conftest import run_command
 from mxmixed.cli._run import run_script
 from mxmixed.diagnostics.plots import plot_run
 
@@ -28,11 +28,11 @@ def clipped_run(tmp_path_factory):
     """The report and the picture of a float16 run of the client (12 steps)."""
     folder = tmp_path_factory.mktemp("run")
     report = folder / "r.json"
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "mxmixed.run", "--report", str(report), CLIENT,
-                           "--dtype", "float16", "--clip", "gluon", "--steps", "12",
-                           "--save-losses", str(folder / "losses.json")],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=str(folder))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = run_command([sys.executable, "-m", "mxmixed.run", "--report", str(report), CLIENT,
+                        "--dtype", "float16", "--clip", "gluon", "--steps", "12",
+                        "--save-losses", str(folder / "losses.json")],
+                       capture_output=True, text=True, env=env, cwd=str(folder))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "picture" not in proc.stderr, proc.stderr
     return json.loads(report.read_text()), folder / "r.png"
