@@ -267,7 +267,8 @@ def test_mxmixed_run_under_horovodrun_writes_a_report_per_rank_with_the_emulatio
          "--kvstore", "horovod", "--steps", "4", "--batch-size", "16", "--init-scale", "128",
          "--plant-overflow", "1:2"], tmp_path / "out.log", launcher=())
     assert returncode == 0, output[-3000:]
-    assert sorted(os.listdir(tmp_path)) == ["out.log", "r.json", "r.rank1.json"]
+    assert sorted(os.listdir(tmp_path)) == ["out.log", "r.json", "r.png", "r.rank1.json",
+                                            "r.rank1.png"]
     reports = [json.loads(report.read_text()),
                json.loads((tmp_path / "r.rank1.json").read_text())]
     assert reports[0]["pid"] != reports[1]["pid"]
