@@ -224,8 +224,9 @@ def _exit_code(code):
 
 
 def _usable(stream, fd, wrap):
-    """``stream`` if it is open, else a new one on descriptor ``fd`` (``os.devnull`` if that
-    is closed too), wrapped by ``wrap``: the runner writes after a script that closed it."""
+    """``stream`` if it is open, else a new one on descriptor ``fd`` (a buffer that nobody
+    reads if that is closed too), wrapped by ``wrap``: the runner writes after a script that
+    closed it."""
     try:
         if not stream.closed:
             return stream
@@ -235,7 +236,7 @@ def _usable(stream, fd, wrap):
         _OS["fstat"](fd)
         return wrap(open(fd, "w", buffering=1, closefd=False, errors="backslashreplace"))
     except OSError:
-        return wrap(open(os.devnull, "w"))
+        return wrap(io.StringIO())
 
 
 @contextlib.contextmanager
@@ -591,9 +592,9 @@ def _run_main(script):
 
 
 def _finish_report(report, final, state, recorder):
-    """Write the final report; if the script broke what it needs, a shorter one of its status,
-    exit code and error; one line on stderr if neither can be written (the exit status
-    stands)."""
+    """Write the final report; when it cannot be written (a full disk, or what it needs broken
+    by the script), one line on stderr and a shorter report of the status, exit code and
+    error in its place, if that fits (the exit status stands)."""
     from ..diagnostics.steps import steps_note
 
     try:
@@ -605,12 +606,13 @@ def _finish_report(report, final, state, recorder):
     else:
         _draw_report(report, full)
         return
+    _report_write_error(report, why)
     try:
         _write_short(report, dict(final, note="the full report could not be written (%s); "
                                               "this is its status, exit code and error"
                                               % (_error_line(why),)))
-    except Exception:  # noqa: BLE001 - reported once, in the error line below
-        _report_write_error(report, why)
+    except Exception:  # noqa: BLE001 - said once, in the error line above
+        pass
 
 
 def _json_text(value):

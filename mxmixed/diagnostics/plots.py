@@ -1,5 +1,5 @@
 """The talks' picture: a gradient histogram against float16's range, before and after scaling;
-and the picture of a run (:func:`plot_run`): an ``mxmixed run --report``'s loss scale over the steps.
+and the picture of a run (``plot_run``): an ``mxmixed run --report``'s loss scale over the steps.
 
 Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never through
 ``pyplot``: nothing is shown, no global figure is left behind, and it works on a headless

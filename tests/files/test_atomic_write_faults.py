@@ -426,5 +426,7 @@ def test_a_report_that_does_not_fit_keeps_the_scripts_exit_code(small_disk, tmp_
     assert err.count("\n") == 1
     assert err.startswith("mxmixed run: error: --report %s: cannot write it: No space left"
                           % report)
-    assert json.loads(report.read_text())["status"] == "running"
+    short = json.loads(report.read_text())  # the short report of how it ended fits
+    assert (short["status"], short["exit_code"]) == ("finished", 7)
+    assert "could not be written (OSError" in short["note"]
     assert _listing(small_disk) == ["fill", "r.json"]
