@@ -12,23 +12,26 @@ as MXNet 1.9.1's GPU operators compose them:
 * BatchNorm: cuDNN with float16 data and float32 parameters and statistics;
 * pooling, activations, elemwise_add: cuDNN / elementwise kernels on float16 tensors.
 
-It runs in two halves:
+It runs in three steps:
 
 ``python benchmarks/gpu_fidelity.py cpu [--cases FILE]``
     on any machine with MXNet (CPU): draws seeded float16 inputs, computes the emulated
     outputs with :mod:`mxmixed.emulation` and writes them with the inputs to an ``.npz`` file
     (default ``benchmarks/gpu-fidelity-cases.npz``).
-``python benchmarks/gpu_fidelity.py gpu [--cases FILE] [--out FILE]``
+``python benchmarks/gpu_fidelity.py gpu [--cases FILE] [--out FILE] [--gpu-outputs FILE]``
     on a machine with a CUDA GPU and PyTorch (not a dependency of mxmixed; MXNet is not
     needed there): recomputes every case on the GPU twice, the second time with other
     algorithms (``cudnn.benchmark`` on, non-deterministic) as the GPU's own noise floor, and
-    in float64 on the CPU as the exact reference; writes
+    in float64 on the CPU as the exact reference; writes the raw outputs
+    (``benchmarks/gpu-fidelity-outputs.npz``, untracked) and
     ``benchmarks/results-gpu-fidelity.json``: per case the share of elements bit-identical
     between emulated and GPU, the relative L2 distances emulated-GPU, GPU-exact and
     GPU-GPU(other algorithms), and the largest distance in float16 ulps.
+``python benchmarks/gpu_fidelity.py compare [--cases FILE] [--gpu-outputs FILE]``
+    on a CPU again, after the emulation changed: a fresh ``cpu`` half compared with GPU
+    outputs recorded earlier (the inputs' checksums must match), no GPU needed.
 
-Until the GPU half has run, ``results-gpu-fidelity.json`` says ``"status": "not yet run"`` and
-the figures measured earlier on an H100 (PyTorch 2.11, cuDNN 9.19) stand.
+``results-gpu-fidelity.json`` holds the last GPU run (an NVIDIA H200, 2026-11-27).
 """
 import argparse
 import contextlib
@@ -43,6 +46,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "gpu-fidelity-cases.npz")
 RESULTS = os.path.join(HERE, "results-gpu-fidelity.json")
+OUTPUTS = os.path.join(HERE, "gpu-fidelity-outputs.npz")
 F16 = np.float16
 
 # name: (kind, attrs, input shapes). Inputs are x[, w[, b]]; "grad" cases also give dy.
@@ -65,8 +69,23 @@ SPECS = {
     "sigmoid": ("act", {"type": "sigmoid"}, [(4096,)]),
     "tanh": ("act", {"type": "tanh"}, [(4096,)]),
     "elemwise_add": ("add", {}, [(4096,), (4096,)]),
+    # the NLP ops: BERT's float16 ops under AMP, and softmax/LayerNorm in a float16 model
+    "gelu": ("gelu", {}, [(8192,)]),
+    "elemwise_mul": ("mul", {}, [(4096,), (4096,)]),
+    "mul_scalar": ("scalar", {"op": "mul", "scalar": 0.3}, [(4096,)]),
+    "exp": ("unary", {"op": "exp"}, [(4096,)]),
+    "erf": ("unary", {"op": "erf"}, [(4096,)]),
+    "softmax_safe_acc": ("softmax", {}, [(64, 128)]),
+    "layernorm_safe_acc": ("ln", {}, [(64, 512), (512,), (512,)]),
+    "selfatt_qk": ("qk", {"heads": 4}, [(32, 2, 192)]),
+    "selfatt_valatt": ("valatt", {"heads": 4}, [(32, 2, 192), (8, 32, 32)]),
 }
-GRADS = ("fc", "fc_bias", "conv3x3_bias", "batchnorm_train")  # backward compared too
+# backward compared too
+GRADS = ("fc", "fc_bias", "conv3x3_bias", "batchnorm_train", "gelu", "softmax_safe_acc",
+         "selfatt_qk", "selfatt_valatt")
+# run with MXNET_SAFE_ACCUMULATION=1 on the CPU: the GPU side accumulates in float32
+SAFE_ACCUMULATION = ("softmax_safe_acc", "layernorm_safe_acc")
+SQRT2 = 2.0 ** 0.5
 
 
 def draw(name, spec, rng):
@@ -82,6 +101,11 @@ def draw(name, spec, rng):
         arrays["beta"] = rng.uniform(-0.5, 0.5, c).astype(np.float32)
         arrays["mean"] = rng.uniform(-0.2, 0.2, c).astype(np.float32)
         arrays["var"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    if kind == "ln":
+        arrays["in1"] = rng.uniform(0.5, 1.5, shapes[1]).astype(F16)
+        arrays["in2"] = rng.uniform(-0.5, 0.5, shapes[2]).astype(F16)
+    if kind == "gelu":
+        arrays["in0"] = (rng.standard_normal(shapes[0]) * 3).astype(F16)
     return arrays
 
 
@@ -131,7 +155,7 @@ def emulate(name, spec, arrays):
         elif kind == "act":
             out = mx.nd.Activation(ins[0], act_type=attrs["type"])
         else:
-            out = mx.nd.elemwise_add(ins[0], ins[1])
+            out = _emulate_nlp(mx, kind, attrs, ins)
     result = {"out": out.asnumpy()}
     if recording:
         rng = np.random.RandomState(zlib.crc32(name.encode()))
@@ -143,6 +167,42 @@ def emulate(name, spec, arrays):
     return result
 
 
+def _emulate_nlp(mx, kind, attrs, ins):
+    """The elementwise and NLP cases (``elemwise_add`` included) through MXNet's own ops."""
+    if kind == "add":
+        return mx.nd.elemwise_add(ins[0], ins[1])
+    if kind == "mul":
+        return mx.nd.elemwise_mul(ins[0], ins[1])
+    if kind == "gelu":
+        return mx.nd.LeakyReLU(ins[0], act_type="gelu")
+    if kind == "scalar":
+        return ins[0] * attrs["scalar"]
+    if kind == "unary":
+        return getattr(mx.nd, attrs["op"])(ins[0])
+    if kind == "softmax":
+        return mx.nd.softmax(ins[0], axis=-1)
+    if kind == "ln":
+        return mx.nd.LayerNorm(ins[0], ins[1], ins[2], axis=-1, eps=1e-5)
+    if kind == "qk":
+        return mx.nd.contrib.interleaved_matmul_selfatt_qk(ins[0], heads=attrs["heads"])
+    return mx.nd.contrib.interleaved_matmul_selfatt_valatt(ins[0], ins[1], heads=attrs["heads"])
+
+
+@contextlib.contextmanager
+def _safe_accumulation(on):
+    """MXNET_SAFE_ACCUMULATION=1 for one case (MXNet reads it at each call)."""
+    before = os.environ.get("MXNET_SAFE_ACCUMULATION")
+    if on:
+        os.environ["MXNET_SAFE_ACCUMULATION"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MXNET_SAFE_ACCUMULATION", None)
+        else:
+            os.environ["MXNET_SAFE_ACCUMULATION"] = before
+
+
 def cpu_half(path, names=None):
     """Write the cases and their emulated outputs to ``path``; return the case names."""
     from mxmixed import emulation
@@ -152,7 +212,9 @@ def cpu_half(path, names=None):
     with emulation.emulated():
         for name in names:
             arrays = draw(name, SPECS[name], rng)
-            arrays.update({"emu_" + k: v for k, v in emulate(name, SPECS[name], arrays).items()})
+            with _safe_accumulation(name in SAFE_ACCUMULATION):
+                emulated_outputs = emulate(name, SPECS[name], arrays)
+            arrays.update({"emu_" + k: v for k, v in emulated_outputs.items()})
             payload.update({"%s/%s" % (name, k): v for k, v in arrays.items()})
     payload["__specs__"] = np.frombuffer(json.dumps({n: SPECS[n] for n in names}).encode(),
                                          dtype=np.uint8)
@@ -163,12 +225,17 @@ def cpu_half(path, names=None):
 
 # ---------------------------------------------------------------- GPU half: PyTorch
 def _torch_case(torch, kind, attrs, t, device, dtype):
-    """One forward (and backward) as MXNet 1.9.1's GPU kernels compose it."""
+    """One forward as MXNet 1.9.1's GPU kernels compose it: ``(inputs, output, backward)``.
+
+    ``backward`` is None where autograd composes the backward as MXNet does; otherwise it maps
+    the head gradient to the input gradients, composed by hand.
+    """
     import torch.nn.functional as F
 
     ins = [t["in%d" % k].to(device=device, dtype=dtype).requires_grad_(True)
            for k in range(sum(1 for key in t if key.startswith("in")))]
-    bias = ins[2] if len(ins) > 2 else None
+    bias = ins[2] if len(ins) > 2 and kind != "ln" else None
+    backward = None
     if kind == "fc":
         y = F.linear(ins[0], ins[1])
     elif kind == "conv":
@@ -193,17 +260,102 @@ def _torch_case(torch, kind, attrs, t, device, dtype):
             y = F.max_pool2d(ins[0], 3, 2, 1)
     elif kind == "act":
         y = getattr(torch, attrs["type"])(ins[0])
-    else:
+    elif kind == "add":
         y = ins[0] + ins[1]
+    else:
+        y, backward = _torch_nlp(torch, kind, attrs, [a.detach() for a in ins], dtype)
     if bias is not None:  # the GPU's second rounding: add_bias_kernel / cudnnAddTensor
         shape = [1] * y.dim()
         shape[1 if kind != "fc" else -1] = -1
         y = y + bias.reshape(shape)
-    return ins, y
+    return ins, y, backward
 
 
-def _to16(a):
-    return a.detach().cpu().numpy().astype(F16)
+def _torch_nlp(torch, kind, attrs, ins, dtype):
+    """The NLP cases: float32 arithmetic rounded to float16 where MXNet's GPU kernel rounds
+    (``mshadow_op`` on ``half_t`` promotes to float; cuBLAS GEMMs accumulate in float32 with
+    the scale as alpha); on the float64 reference path nothing rounds."""
+    half = dtype == torch.float16
+    work = (lambda a: a.float()) if half else (lambda a: a)
+    rnd = (lambda a: a.half()) if half else (lambda a: a)
+    x = ins[0]
+    if kind == "gelu":  # mshadow_op::gelu / gelu_grad, and backward_grad_tuned: dy * DType(g)
+        xf = work(x)
+        y = rnd(0.5 * xf * (1.0 + torch.erf(xf / SQRT2)))
+        g = rnd(0.5 * (1.0 + torch.erf(xf / SQRT2)
+                       + xf * (2.0 / np.pi ** 0.5) * torch.exp(-(xf / SQRT2) ** 2) / SQRT2))
+        return y, lambda dy: [rnd(work(dy) * work(g))]
+    if kind == "mul":
+        return rnd(work(x) * work(ins[1])), None
+    if kind == "scalar":  # the scalar is cast to DType first (DType(scalar) in mshadow_op)
+        s = torch.tensor(attrs["scalar"], dtype=x.dtype, device=x.device)
+        return rnd(work(x) * work(s)), None
+    if kind == "unary":
+        return rnd(getattr(torch, attrs["op"])(work(x))), None
+    if kind == "softmax":  # softmax-inl.h with AType float: x - max rounds in half_t first
+        d = rnd(work(x) - work(x.max(-1, keepdim=True).values))
+        y = rnd(torch.exp(work(d)) / torch.exp(work(d)).sum(-1, keepdim=True))
+
+        def backward(dy):  # sum of half_t products (each rounded), then one rounding
+            total = work(rnd(work(dy) * work(y))).sum(-1, keepdim=True)
+            return [rnd(work(y) * (work(dy) - total))]
+        return y, backward
+    if kind == "ln":  # layer_norm.cu, AType float: normalise, round; * gamma, round; + beta
+        xf = work(x)
+        mean = xf.mean(-1, keepdim=True)
+        var = ((xf - mean) ** 2).mean(-1, keepdim=True)
+        n = rnd(1.0 / torch.sqrt(var + 1e-5) * (xf - mean))
+        return rnd(work(rnd(work(ins[1]) * work(n))) + work(ins[2])), None
+    return _torch_attention(torch, kind, attrs, ins, work, rnd)
+
+
+def _interleaved(qkv, heads):
+    """(seq, batch, heads*3*dim) -> q, k, v as (batch*heads, seq, dim)."""
+    seq, batch, width = qkv.shape
+    parts = qkv.reshape(seq, batch * heads, 3, width // (3 * heads))
+    return [parts[:, :, i].transpose(0, 1) for i in range(3)]
+
+
+def _gather(qkv_shape, heads, grads, slots, torch):
+    """Write per-slot (batch*heads, seq, dim) gradients back into the interleaved layout."""
+    seq, batch, width = qkv_shape
+    out = torch.zeros(seq, batch * heads, 3, width // (3 * heads), dtype=grads[0].dtype,
+                      device=grads[0].device)
+    for slot, g in zip(slots, grads):
+        out[:, :, slot] = g.transpose(0, 1)
+    return out.reshape(seq, batch, width)
+
+
+def _torch_attention(torch, kind, attrs, ins, work, rnd):
+    """interleaved_matmul_selfatt_qk / _valatt: one cuBLAS GEMM per output, float32
+    accumulation, the 1/sqrt(dim) scale as alpha, one rounding (contrib/transformer.cu)."""
+    heads = attrs["heads"]
+    q, k, v = _interleaved(ins[0], heads)
+    if kind == "qk":
+        scale = 1.0 / float(q.shape[-1]) ** 0.5
+        y = rnd(scale * torch.bmm(work(q), work(k).transpose(1, 2)))
+
+        def backward(dy):
+            dq = rnd(scale * torch.bmm(work(dy), work(k)))
+            dk = rnd(scale * torch.bmm(work(dy).transpose(1, 2), work(q)))
+            return [_gather(ins[0].shape, heads, [dq, dk], (0, 1), torch)]
+        return y, backward
+    att = ins[1]
+    seq, batch, width = ins[0].shape
+    o = rnd(torch.bmm(work(att), work(v)))
+    y = o.reshape(batch, heads, seq, -1).permute(2, 0, 1, 3).reshape(seq, batch, width // 3)
+
+    def backward(dy):
+        dyb = dy.reshape(seq, batch * heads, -1).transpose(0, 1)
+        datt = rnd(torch.bmm(work(dyb), work(v).transpose(1, 2)))
+        dv = rnd(torch.bmm(work(att).transpose(1, 2), work(dyb)))
+        return [_gather(ins[0].shape, heads, [dv], (2,), torch), datt]
+    return y, backward
+
+
+def _plain(a):
+    """A tensor as a NumPy array of its own dtype (float16 on the GPU, float64 exact)."""
+    return a.detach().cpu().numpy()
 
 
 def gpu_run(torch, specs, cases, name, device, dtype):
@@ -211,12 +363,17 @@ def gpu_run(torch, specs, cases, name, device, dtype):
     kind, attrs, _ = specs[name]
     t = {k.split("/", 1)[1]: torch.from_numpy(np.asarray(v)) for k, v in cases.items()
          if k.startswith(name + "/") and "/emu_" not in k}
-    ins, y = _torch_case(torch, kind, attrs, t, device, dtype)
-    result = {"out": _to16(y)}
+    ins, y, backward = _torch_case(torch, kind, attrs, t, device, dtype)
+    result = {"out": _plain(y)}
     if name + "/emu_dy" in cases:
-        y.backward(torch.from_numpy(cases[name + "/emu_dy"]).to(device=device, dtype=dtype))
-        for k, a in enumerate(ins):
-            result["grad%d" % k] = _to16(a.grad)
+        dy = torch.from_numpy(cases[name + "/emu_dy"]).to(device=device, dtype=dtype)
+        if backward is None:
+            y.backward(dy)
+            grads = [a.grad for a in ins]
+        else:
+            grads = backward(dy)
+        for k, g in enumerate(grads):
+            result["grad%d" % k] = _plain(g)
     return result
 
 
@@ -235,7 +392,15 @@ def compare(a, b):
             "max_ulp": int(np.abs(ordinal(a) - ordinal(b)).max())}
 
 
-def gpu_half(cases_path, out_path):
+def _fingerprint(cases, name):
+    """crc32 of a case's inputs, so GPU outputs are only ever compared for the same inputs."""
+    return "%08x" % zlib.crc32(b"".join(np.ascontiguousarray(cases[k]).tobytes()
+                                        for k in sorted(cases) if k.startswith(name + "/")
+                                        and "/emu_" not in k))
+
+
+def gpu_half(cases_path, out_path, outputs_path):
+    """Recompute every case on the GPU; write the raw outputs and the comparison."""
     import torch
 
     if not torch.cuda.is_available():
@@ -245,30 +410,64 @@ def gpu_half(cases_path, out_path):
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    rows = {}
+    raw, failed = {}, {}
     for name in specs:
-        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
-        gpu = gpu_run(torch, specs, cases, name, "cuda", torch.float16)
-        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
-        other = gpu_run(torch, specs, cases, name, "cuda", torch.float16)
-        exact = gpu_run(torch, specs, cases, name, "cpu", torch.float64)
+        try:
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+            gpu = gpu_run(torch, specs, cases, name, "cuda", torch.float16)
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
+            other = gpu_run(torch, specs, cases, name, "cuda", torch.float16)
+            exact = gpu_run(torch, specs, cases, name, "cpu", torch.float64)
+        except Exception as error:  # one broken case must not cost the others their GPU time
+            failed[name] = "%s: %s" % (type(error).__name__, error)
+            print("case %s failed: %s" % (name, failed[name]))
+            continue
         for key in gpu:
+            raw.update({"%s/%s/gpu" % (name, key): gpu[key], "%s/%s/other" % (name, key): other[key],
+                        "%s/%s/exact" % (name, key): exact[key]})
+    about = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+             "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d"),
+             "specs": {n: v for n, v in specs.items() if n not in failed}, "failed": failed,
+             "inputs": {name: _fingerprint(cases, name) for name in specs}}
+    raw["__about__"] = np.frombuffer(json.dumps(about).encode(), dtype=np.uint8)
+    np.savez_compressed(outputs_path, **raw)
+    print("wrote", outputs_path)
+    return compare_half(cases_path, outputs_path, out_path)
+
+
+def compare_half(cases_path, outputs_path, out_path):
+    """Compare the emulated outputs in ``cases_path`` with GPU outputs recorded earlier."""
+    cases = dict(np.load(cases_path))
+    cases.pop("__specs__")
+    raw = dict(np.load(outputs_path))
+    about = json.loads(bytes(raw.pop("__about__")).decode())
+    rows = {}
+    for name in about["specs"]:
+        if _fingerprint(cases, name) != about["inputs"][name]:
+            sys.exit("case %s: the inputs differ from those the GPU ran; run the cpu half with "
+                     "the same cases" % name)
+        for key in sorted(k.split("/")[1] for k in raw if k.startswith(name + "/")
+                          and k.endswith("/gpu")):
+            got = {w: raw["%s/%s/%s" % (name, key, w)] for w in ("gpu", "other", "exact")}
             emu = cases["%s/emu_%s" % (name, key)]
             rows["%s:%s" % (name, key)] = {
-                "emulated_vs_gpu": compare(emu, gpu[key]),
-                "gpu_vs_exact": compare(gpu[key], exact[key]),
-                "emulated_vs_exact": compare(emu, exact[key]),
-                "gpu_vs_gpu_other_algorithms": compare(other[key], gpu[key]),
+                "emulated_vs_gpu": compare(emu, got["gpu"]),
+                "gpu_vs_exact": compare(got["gpu"], got["exact"]),
+                "emulated_vs_exact": compare(emu, got["exact"]),
+                "gpu_vs_gpu_other_algorithms": compare(got["other"], got["gpu"]),
             }
-    result = {"status": "measured", "mxnet_on_gpu": False, "date": time.strftime("%Y-%m-%d"),
-              "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "cases_file": os.path.basename(cases_path),
+    result = {"status": "measured", "mxnet_on_gpu": False, "date": about["date"],
+              "device": about["device"], "torch": about["torch"], "cudnn": about["cudnn"],
+              "cases_file": os.path.basename(cases_path),
+              "gpu_outputs_file": os.path.basename(outputs_path),
+              "emulation_compared": time.strftime("%Y-%m-%d"),
+              "failed_on_gpu": about.get("failed", {}),
               "method": __doc__.split("\n\n")[1].strip(), "cases": rows}
     with open(out_path, "w") as handle:
         json.dump(result, handle, indent=1)
     for key, row in rows.items():
         e = row["emulated_vs_gpu"]
-        print("%-28s bit-identical %6.2f%%  rel L2 %.1e  max %d ulp  (GPU noise %.1e)"
+        print("%-32s bit-identical %6.2f%%  rel L2 %.1e  max %d ulp  (GPU noise %.1e)"
               % (key, 100 * e["bit_identical"], e["rel_l2"], e["max_ulp"],
                  row["gpu_vs_gpu_other_algorithms"]["rel_l2"]))
     print("wrote", out_path)
@@ -277,16 +476,20 @@ def gpu_half(cases_path, out_path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("half", choices=["cpu", "gpu"])
+    parser.add_argument("half", choices=["cpu", "gpu", "compare"])
     parser.add_argument("--cases", default=CASES, help="the .npz of cases (default %(default)s)")
-    parser.add_argument("--out", default=RESULTS, help="results JSON (GPU half)")
+    parser.add_argument("--out", default=RESULTS, help="results JSON (gpu and compare)")
+    parser.add_argument("--gpu-outputs", default=OUTPUTS,
+                        help="the GPU's raw outputs: written by gpu, read by compare")
     parser.add_argument("--only", nargs="*", choices=sorted(SPECS), help="a subset of cases")
     args = parser.parse_args(argv)
     if args.half == "cpu":
         names = cpu_half(args.cases, args.only)
         print("wrote %d cases to %s; run the gpu half on a GPU machine" % (len(names), args.cases))
+    elif args.half == "gpu":
+        gpu_half(args.cases, args.out, args.gpu_outputs)
     else:
-        gpu_half(args.cases, args.out)
+        compare_half(args.cases, args.gpu_outputs, args.out)
 
 
 if __name__ == "__main__":
