@@ -15,10 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ._core.dtypes import FLOAT32_MAX, FLOAT32_MIN_NORMAL
+
 __all__ = ["LossScaler", "LossScaleError", "SCALE_RANGE"]
 
 #: The scales a :class:`LossScaler` can hold: the positive normal float32 numbers.
-SCALE_RANGE = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
+SCALE_RANGE = (FLOAT32_MIN_NORMAL, FLOAT32_MAX)
 
 
 class LossScaleError(FloatingPointError):

@@ -13,7 +13,8 @@ import numpy as np
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 __all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "MXNET_CODES", "FLOAT16_MAX", "FLOAT16_OVERFLOW",
-           "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO", "dtype_name",
+           "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO", "FLOAT32_MAX",
+           "FLOAT32_MIN_NORMAL", "dtype_name",
            "numpy_name", "is_floating", "amp_list_key", "LastArrays"]
 
 FLOAT16 = np.dtype(np.float16)
@@ -35,6 +36,10 @@ FLOAT16_MIN_SUBNORMAL = 2.0 ** -24
 """float: the smallest positive float16."""
 FLOAT16_ROUND_TO_ZERO = 2.0 ** -25
 """float: magnitudes at or below this round to zero."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""float: the largest finite float32 (MXNet's operators take their settings as float32)."""
+FLOAT32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
+"""float: the smallest normal float32."""
 
 
 def dtype_name(dtype):

@@ -9,7 +9,7 @@ import copy
 import mxnet as mx
 from mxnet import gluon
 
-from .._core.dtypes import numpy_name
+from .._core.dtypes import FLOAT32_MAX, numpy_name
 from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
                            corrupt, describe, json_member, nd_member, shape_fits)
 from ._legacy import repickle, unpickle
@@ -264,14 +264,13 @@ _MULTIPLIERS = {"lr_mult", "wd_mult"}
 _NOT_SAVED = {"param_dict", "_index_update_count"}  # rebuilt from the trainer, never written
 
 
-_FLOAT32_MAX = 3.4028234663852886e38  # MXNet's operators take their settings as float32
 _MAX_COUNT = 2 ** 31 - 1  # and their counters (LAMB's t) as int
 
 
 def _number(value):
     """A real number that an operator can take as a float32 setting."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and abs(value) <= _FLOAT32_MAX  # False for NaN; no float() of a huge int
+        and abs(value) <= FLOAT32_MAX  # False for NaN; no float() of a huge int
 
 
 def _finite(value):

@@ -14,10 +14,16 @@ __all__ = ["input_spec", "check_input_specs", "convert_samples"]
 
 
 _SPEC_DTYPES = ("float32", "int32")
-# the largest HIGH of each --input dtype: the values drawn in [0, HIGH) are finite and fit it
-_SPEC_HIGH = {"int32": 2 ** 31, "float32": 3.4028234663852886e38}
 # the names a one-line refusal lists before "(N in all)"
 _SHOWN = 8
+
+
+def _spec_high(dtype_name):
+    """The largest HIGH of an ``--input`` dtype: the values drawn in [0, HIGH) are finite and
+    fit it."""
+    import numpy as np
+
+    return 2 ** 31 if dtype_name == "int32" else float(np.finfo(np.float32).max)
 
 
 def input_spec(text):
@@ -44,7 +50,7 @@ def input_spec(text):
         high = int(parts[3]) if integer else float(parts[3])
     except ValueError:
         high = None
-    if high is None or not 0 < high <= _SPEC_HIGH[dtype_name]:  # NaN fails the comparison
+    if high is None or not 0 < high <= _spec_high(dtype_name):  # NaN fails the comparison
         raise argparse.ArgumentTypeError(
             "%r: HIGH must be a positive %s of at most %s (%s's range), got %r"
             % (text, "integer" if integer else "finite number",

@@ -4,6 +4,7 @@ that prose (docstrings, messages, comments) may still name the numbers."""
 import ast
 import os
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -78,6 +79,14 @@ def test_float16_range_is_written_only_in_core_dtypes():
         return (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(
             node.func, "id", None)) == "finfo" and "float16" in ast.dump(node))
     assert _where(finfo_of_float16, set()) == []
+
+
+def test_float32_range_is_never_written_as_a_number():
+    """The largest and smallest normal float32 come from NumPy (``_core/dtypes.FLOAT32_MAX``
+    where MXNet is loaded), never from a literal."""
+    float32_range = {float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)}
+    assert _where(lambda node: _constant_value(node) in float32_range, set()) == [], (
+        "import FLOAT32_MAX / FLOAT32_MIN_NORMAL from mxmixed/_core/dtypes.py")
 
 
 def test_the_cpu_flags_are_read_only_in_core_devices():
