@@ -27,10 +27,10 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxmixed
+from mxmixed.diagnostics import FLOAT16_ROUND_TO_ZERO
 from mxmixed.tutorial.text import BPTTBatches, stdlib_corpus
 
 MODES = ("float32", "float16-unscaled", "float16-scaled")
-FLOAT16_HALF_SUBNORMAL = 2.0 ** -25  # below it a value rounds to zero in float16
 
 
 def detach(states):
@@ -46,7 +46,7 @@ def logits_underflow(logits, y, scale):
     p[np.arange(len(p)), y.asnumpy().reshape(-1).astype(int)] -= 1.0
     g = np.abs(p) * scale / len(p)
     nonzero = g[g > 0]
-    return float((nonzero < FLOAT16_HALF_SUBNORMAL).mean())
+    return float((nonzero <= FLOAT16_ROUND_TO_ZERO).mean())
 
 
 def valid_loss(net, corpus, batch_size, seq_len):
