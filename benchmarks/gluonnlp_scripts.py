@@ -4,10 +4,10 @@ The three scripts of GluonNLP 0.10.x with a float16 switch (``scripts/bert/``:
 ``finetune_classifier.py``, ``finetune_squad.py``, ``run_pretraining.py``) are outside clients:
 they are never copied into this repository. A person fetches them and names the folder::
 
-    git clone https://github.com/dmlc/gluon-nlp && cd gluon-nlp
+    git clone https://github.com/dmlc/gluon-nlp /tmp/gluon-nlp
     mkdir -p /tmp/gnlp/v0.10.0 /tmp/gnlp/head
-    git archive v0.10.0 scripts/bert | tar -x -C /tmp/gnlp/v0.10.0
-    git archive v0.10.x scripts/bert | tar -x -C /tmp/gnlp/head
+    git -C /tmp/gluon-nlp archive v0.10.0 scripts/bert | tar -x -C /tmp/gnlp/v0.10.0
+    git -C /tmp/gluon-nlp archive origin/v0.10.x scripts/bert | tar -x -C /tmp/gnlp/head
     python benchmarks/gluonnlp_scripts.py --scripts v0.10.0=/tmp/gnlp/v0.10.0/scripts/bert \\
         --scripts head=/tmp/gnlp/head/scripts/bert
 
