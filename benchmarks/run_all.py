@@ -412,8 +412,11 @@ def main(argv=None):
             entry["raw"] = raw if name != "op_survey" else "see " + _record.side_file(args.out, name)
         results["suites"][name] = entry
     results["wall_s"] = round(time.perf_counter() - start, 1)
-    # gpu_fidelity.py is a two-machine harness (cases on a CPU, PyTorch on a GPU), run by hand
-    known = {s[1] for s in SUITES} | {os.path.basename(__file__), "gpu_fidelity.py"}
+    # gpu_fidelity.py is a two-machine harness (cases on a CPU, PyTorch on a GPU), run by hand;
+    # gluonnlp_scripts.py needs GluonNLP's scripts, fetched by a person (docs/run.md);
+    # gluonnlp_lm.py measures the figures of docs/gluon.md's LSTM section (minutes of runs)
+    known = {s[1] for s in SUITES} | {os.path.basename(__file__), "gpu_fidelity.py",
+                                      "gluonnlp_scripts.py", "gluonnlp_lm.py"}
     results["not_run"] = sorted(f for f in os.listdir(HERE) if f.endswith(".py")
                                 and not f.startswith("_") and f not in known)
 

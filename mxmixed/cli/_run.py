@@ -343,7 +343,7 @@ def _closing_line(recorder, amp, state):
         line += ", %d skipped on overflow, loss scale %g -> %g" % (
             summary["skipped"], summary["loss_scale_first"], summary["loss_scale_last"])
     else:
-        line += ", no loss scaling"
+        line += ", no AMP loss scaler (a scale the script applies itself is not seen)"
     found = summary["first_nonfinite"]
     if found:
         line += ", first non-finite gradient at step %d (%s)" % (found["step"], found["layer"])

@@ -214,8 +214,9 @@ def plot_run(report: Mapping[str, Any],
     ax.set_xlim(0.5, last + 0.5)
     ax.set_xlabel("optimizer step")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=1,
-              framealpha=0.9)
+    if ax.get_legend_handles_labels()[0]:  # a run with no AMP scaler and no event has none
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=1,
+                  framealpha=0.9)
     fig.tight_layout()
     return fig
 

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import warnings
 
 import matplotlib.image
 import pytest
@@ -84,6 +85,18 @@ def test_a_run_without_steps_draws_a_picture_saying_so(tmp_path):
     assert not ax.get_lines()
     assert [t.get_text().replace("\n", " ") for t in ax.texts] == [json.loads(
         report.read_text())["note"]]
+
+
+def test_steps_without_a_loss_scaler_or_an_event_draw_no_empty_legend():
+    # a float32 run, or a script with its own scaler (GluonNLP's run_pretraining.py): matplotlib
+    # warned "No artists with labels found to put in legend" into the script's output
+    report = {"steps": [{"step": 1, "trainer": 0, "loss_scale": None, "skipped": False}],
+              "summary": {"skipped": 0}, "status": "finished"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax, = plot_run(report).axes
+    assert ax.get_legend() is None
+    assert [t.get_text() for t in ax.texts] == ["no AMP loss scaler: no loss scale to draw"]
 
 
 def test_a_picture_that_cannot_be_written_is_one_line_and_keeps_the_exit_code(tmp_path, capsys):
