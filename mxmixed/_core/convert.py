@@ -38,16 +38,27 @@ from .graph import (DETECTION_OPS, Graph, GraphTypeError, as_graph, cast_node, d
                     infer_types, var_dtype)
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
-           "param_types_after", "NO_BFLOAT16_CPU_OPS"]
+           "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS"]
 
-# Ops in none of AMP's bfloat16 lists whose CPU kernels are float32 only ("Only FP32 is
-# supported on CPU", transformer.cc): after a FullyConnected in bfloat16 they would get
-# bfloat16 inputs, so a bfloat16 conversion keeps them float32 (gluonnlp's attention), and
-# mxmixed's bfloat16 AMP adds them to AMP's float32 list (training._amp).
+# Ops that AMP's bfloat16 lists let bfloat16 reach (unlisted, or on WIDEST_TYPE_CASTS, which
+# keeps bfloat16 when every input is bfloat16) but whose CPU kernels refuse it: "Only FP32 is
+# supported on CPU" (transformer.cc), "dot only supports float32/float64 for CPU", "Unknown
+# type enum 12" (box_decode, box_iou, box_nms, ROIAlign, Correlation), "Unsupported data type 12"
+# (MultiBoxPrior); probed with bfloat16 inputs, forward and backward, on MXNet 1.9.1's CPU
+# wheel. A bfloat16 conversion keeps them float32 (gluonnlp's attention), and mxmixed's
+# bfloat16 AMP adds them to AMP's float32 list (training._amp).
 NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
                        "_contrib_interleaved_matmul_selfatt_valatt",
                        "_contrib_interleaved_matmul_encdec_qk",
-                       "_contrib_interleaved_matmul_encdec_valatt")
+                       "_contrib_interleaved_matmul_encdec_valatt",
+                       "batch_dot", "dot", "_contrib_box_decode", "_contrib_ROIAlign",
+                       "Correlation", "_contrib_MultiBoxPrior", "_contrib_box_iou",
+                       "_contrib_box_nms", "_contrib_box_non_maximum_suppression")
+# The same for one value of an attribute ("Unknown type enum 12"), in the form of AMP's
+# conditional float32 list: the op's other variants run in bfloat16.
+NO_BFLOAT16_CPU_VARIANTS = (("Activation", "act_type", ["softsign"]),
+                            ("LeakyReLU", "act_type", ["prelu"]),
+                            ("Pooling", "pool_type", ["lp"]))
 
 
 class ConversionError(ValueError):

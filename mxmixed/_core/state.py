@@ -61,6 +61,7 @@ class _EmulationState:
         self.mode = None
         self.reason = ""
         self.announced = False
+        self.fc_true_fp16_warned = False
         self.patches = Patches("mxmixed.emulation")
 
 

@@ -50,6 +50,10 @@ the same code uses the real float16 kernels on a GPU.
    NotImplementedError (set ``MXNET_MKLDNN_ENABLED=0``). Inference is unaffected.
 
 .. note::
+   ``MXNET_FC_TRUE_FP16=1`` (float16 accumulation in cuBLAS GEMMs on a GPU) is not emulated:
+   :func:`enable` logs one warning naming it, and the emulation keeps float32 accumulation.
+
+.. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
    states stay float32 between time steps, where cuDNN keeps float16 states. The difference
    to a step-by-step float16 reference is measured in ``tests/emulation/test_rnn.py`` and
@@ -57,6 +61,7 @@ the same code uses the real float16 kernels on a GPU.
 """
 import contextlib
 import logging
+import os
 from typing import Iterator
 
 from .._core.env import check as check_environment
@@ -73,6 +78,23 @@ __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emu
            "NOT_EMULATED"]
 
 _LOG = logging.getLogger("mxmixed.emulation")
+
+FC_TRUE_FP16_NOT_EMULATED = (
+    "mxmixed.emulation: MXNET_FC_TRUE_FP16=%s is not emulated: on a GPU it makes the cuBLAS GEMMs "
+    "of FullyConnected, the interleaved attention ops, bilinear UpSampling and non-cuDNN "
+    "convolutions accumulate in float16; the emulation accumulates them in float32 and rounds "
+    "once, as a GPU does without the variable, so it does not show that setting's extra "
+    "rounding error (docs/emulation.md)")
+
+
+def _refuse_fc_true_fp16():
+    """Log :data:`FC_TRUE_FP16_NOT_EMULATED` once per process when the variable is set
+    (MXNet reads it as a bool: ``1`` or ``true``)."""
+    value = os.environ.get("MXNET_FC_TRUE_FP16", "")
+    if EMULATION.fc_true_fp16_warned or value.strip().lower() in ("", "0", "false"):
+        return
+    EMULATION.fc_true_fp16_warned = True
+    _LOG.warning(FC_TRUE_FP16_NOT_EMULATED, value)
 
 
 def _apply(patches):
@@ -112,6 +134,7 @@ def enable(mode: str = "on") -> bool:
         _LOG.warning("No GPU is visible, so mxmixed emulates float16 on the CPU: float16 "
                      "rounding with float32 arithmetic, for numerics and not speed.")
         EMULATION.announced = True
+    _refuse_fc_true_fp16()
     if not EMULATION.active:
         _apply(EMULATION.patches)
         EMULATION.active = True

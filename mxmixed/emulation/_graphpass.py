@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
 import mxnet as mx
 import numpy as np
+from mxnet.symbol.numpy import _Symbol as NumpySymbol
 
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.graph import GraphTypeError, as_graph, attr_ints, cast_node, pin_variable_dtypes
@@ -123,7 +124,9 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
     -------
     mxnet.symbol.Symbol
         The rewritten graph, with the same inputs in the same order and the same outputs; the
-        input Symbol itself when nothing needed rewriting. ``_contrib_ROIAlign`` nodes are
+        input Symbol itself when nothing needed rewriting. A NumPy-mode Symbol
+        (``mx.sym.np._Symbol``, the graph of a block hybridized after ``npx.set_np()``) gives
+        one, so that its CachedOp returns ``mx.np.ndarray`` outputs. ``_contrib_ROIAlign`` nodes are
         rewritten in any dtype, to zero padding ROIs' rows as the GPU does.
 
     Raises
@@ -139,6 +142,8 @@ def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] 
     result = _emulate_graph(graph, sym, type_dict, exclude, carry)
     if key is not None:
         (graph if result is sym else as_graph(result)).passes.add(key)
+    if isinstance(sym, NumpySymbol) and result is not sym:
+        return result.as_np_ndarray()  # the rebuilt graph is read back as a legacy Symbol
     return result
 
 

@@ -4,6 +4,7 @@ Each emulated ``mx.nd`` function is replaced by a wrapper that, for float16 CPU 
 the emulation is on, casts them to float32, calls the real function and casts the float16
 outputs back (see :mod:`mxmixed.emulation._ops` for what each op computes on a GPU).
 """
+import ctypes
 import functools
 import inspect
 import os
@@ -11,7 +12,12 @@ import os
 import numpy as np
 
 import mxnet as mx
+import mxnet.ndarray.numpy._internal as nd_npi
+import mxnet.ndarray.numpy_extension as nd_npx
+import mxnet.numpy_extension as npx
+from mxnet.base import OpHandle, _LIB, c_str, check_call, py_str
 from mxnet.ndarray import NDArray
+from mxnet.numpy import ndarray as NumpyArray
 
 from .._core.devices import CPU_DEVICE_TYPES
 from .._core.dtypes import FLOAT16, FLOAT32
@@ -21,7 +27,7 @@ from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
 from ._ops import EMULATED_OPS
 
-__all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
+__all__ = ["install_nd_wrappers", "numpy_aliases", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
 
 
@@ -50,9 +56,24 @@ def refuse_deconv_training():
         raise NotImplementedError(_DECONV_TRAINING)
 
 
+def _as_legacy(value):
+    return value.as_nd_ndarray() if isinstance(value, NumpyArray) else value
+
+
+def _like(template, result):
+    """``result``, a legacy NDArray, as a NumPy-mode array where ``template`` is one (a view)."""
+    return result.as_np_ndarray() if isinstance(template, NumpyArray) else result
+
+
+def _cast(value, dtype, out=None):
+    """``amp_cast``, on NumPy-mode arrays too: MXNet's legacy ops refuse them, npx ops need them."""
+    cast = mx.nd.amp_cast(_as_legacy(value), dtype=dtype, out=_as_legacy(out))
+    return out if out is not None else _like(value, cast)
+
+
 def _upcast(value):
     if isinstance(value, NDArray) and value.dtype == FLOAT16:
-        return mx.nd.amp_cast(value, dtype="float32")
+        return _cast(value, "float32")
     return value
 
 
@@ -65,7 +86,7 @@ def _downcast(result, spec, out):
             target = None
             if out is not None:
                 target = out if isinstance(out, NDArray) else out[k]
-            casted[k] = mx.nd.amp_cast(casted[k], dtype="float16", out=target)
+            casted[k] = _cast(casted[k], "float16", out=target)
     if isinstance(result, (list, tuple)):
         return casted
     return casted[0]
@@ -73,10 +94,11 @@ def _downcast(result, spec, out):
 
 def _add_bias_as_on_gpu(op_name, result, bias, attrs, out):
     """Round the no-bias float32 result to float16, add the bias in float16 arithmetic."""
-    rounded = mx.nd.amp_cast(mx.nd.amp_cast(result, dtype="float16"), dtype="float32")
+    rounded = _cast(_cast(result, "float16"), "float32")
     shape = bias_shape(op_name, attrs)
     bias = bias if shape is None else bias.reshape(shape)
-    return mx.nd.amp_cast(mx.nd.broadcast_add(rounded, bias), dtype="float16", out=out)
+    added = mx.nd.broadcast_add(_as_legacy(rounded), _as_legacy(bias))
+    return _cast(_like(result, added), "float16", out=out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -101,7 +123,8 @@ def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
     """``mx.nd.Deconvolution`` (float32, no bias) computed as a Convolution: see ``_deconv``."""
     if bias is not None:
         raise ValueError("the emulation adds a Deconvolution's bias itself")
-    return deconvolution_as_convolution(mx.nd, data, weight, attrs)
+    return _like(data, deconvolution_as_convolution(mx.nd, _as_legacy(data), _as_legacy(weight),
+                                                    attrs))
 
 
 def _make_nd_wrapper(op_name, original, spec):
@@ -181,10 +204,49 @@ def _install(patches, holder, attr, make):
     patches.patch(cell, "cell_contents", make(cell.cell_contents))
 
 
+def _registered_names():
+    size, names = ctypes.c_uint(), ctypes.POINTER(ctypes.c_char_p)()
+    check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
+    return [py_str(names[k]) for k in range(size.value)]
+
+
+def _op_handle(name):
+    handle = OpHandle()
+    check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+    return handle.value
+
+
+# NumPy mode reaches an op through aliases that MXNet registers on the same operator
+# (``_npx_batch_dot`` is ``batch_dot``); a graph names the operator, a Python call the alias.
+_ALIAS_HOLDERS = {"_npx_": (npx, npx._op, nd_npx, nd_npx._op), "_npi_": (nd_npi,)}
+
+
+@functools.lru_cache(maxsize=1)
+def numpy_aliases():
+    """The NumPy-mode aliases of the emulated ops, from MXNet's operator registry.
+
+    Returns
+    -------
+    dict of str to list of str
+        ``{op name: [alias, ...]}``, e.g. ``{'batch_dot': ['_npx_batch_dot'], ...}``.
+    """
+    by_handle = {_op_handle(op): op for op in EMULATED_OPS}
+    aliases = {}
+    for name in _registered_names():
+        if name.startswith(tuple(_ALIAS_HOLDERS)):
+            op = by_handle.get(_op_handle(name))
+            if op is not None and op != name:
+                aliases.setdefault(op, []).append(name)
+    return aliases
+
+
 def _nd_holders(op_name):
-    if op_name.startswith("_contrib_"):
-        return [(mx.nd.contrib, op_name[len("_contrib_"):])]
-    return [(mx.nd, op_name), (mx.nd.op, op_name)]
+    holders = [(mx.nd.contrib, op_name[len("_contrib_"):])] if op_name.startswith(
+        "_contrib_") else [(mx.nd, op_name), (mx.nd.op, op_name)]
+    for alias in numpy_aliases().get(op_name, ()):
+        prefix = alias[:5]
+        holders += [(holder, alias[len(prefix):]) for holder in _ALIAS_HOLDERS[prefix]]
+    return holders
 
 
 def install_nd_wrappers(patches):

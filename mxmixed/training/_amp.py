@@ -21,7 +21,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 
 from .. import emulation
-from .._core.convert import NO_BFLOAT16_CPU_OPS
+from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
 from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
@@ -59,6 +59,17 @@ def _fp32_ops(target, fp32_ops):
         return fp32_ops
     ops = list(fp32_ops if fp32_ops is not None else amp.lists.symbol_bf16.FP32_FUNCS)
     return ops + [op for op in NO_BFLOAT16_CPU_OPS if op not in ops]
+
+
+def _conditional_fp32_ops(target, conditional_fp32_ops):
+    """The conditional float32 list ``amp.init`` gets: for bfloat16, the given one (or AMP's)
+    plus the op variants whose CPU kernels refuse bfloat16 (``Pooling`` with ``pool_type='lp'``
+    ...)."""
+    if target != "bfloat16":
+        return conditional_fp32_ops
+    ops = list(conditional_fp32_ops if conditional_fp32_ops is not None
+               else amp.lists.symbol_bf16.CONDITIONAL_FP32_FUNCS)
+    return ops + [entry for entry in NO_BFLOAT16_CPU_VARIANTS if entry not in ops]
 
 
 def _warn_hybridized_blocks():
@@ -115,8 +126,10 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
         Op-list overrides, exactly as ``amp.init`` takes them: each list *replaces* AMP's own
         (``fp32_ops=['FullyConnected']`` drops softmax and the rest from the float32 list).
         :func:`mxmixed.diagnostics.keep_in_float32` builds lists that extend AMP's instead.
-        For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs)
-        are added to the float32 list, AMP's or the one given.
+        For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs,
+        ``batch_dot``, ``dot``, ...: ``NO_BFLOAT16_CPU_OPS``) are added to the float32 list,
+        AMP's or the one given, and their variants (``Pooling`` with ``pool_type='lp'``, ...)
+        to the conditional float32 list.
     emulate : {'auto', True, False}, default 'auto'
         CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
         contexts), False never.
@@ -186,7 +199,7 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
     if mode:
         emulation.enable(mode)
     amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-             conditional_fp32_ops=conditional_fp32_ops,
+             conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
              fp32_ops=_fp32_ops(target, fp32_ops))
     AMP.settings = settings
 
@@ -268,7 +281,7 @@ def amp_scope(enabled: bool = True, target_dtype: str = "float16",
         with emulation.emulated(mode) if mode else contextlib.nullcontext():
             try:
                 amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                         conditional_fp32_ops=conditional_fp32_ops,
+                         conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
                          fp32_ops=_fp32_ops(target, fp32_ops))
                 AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
                 yield True

@@ -1,0 +1,51 @@
+"""bfloat16 AMP keeps the ops whose CPU kernels refuse bfloat16 in float32 by itself.
+
+Each op here fails on MXNet 1.9.1's CPU wheel when bfloat16 reaches it ("dot only supports
+float32/float64 for CPU", "Unknown type enum 12"), and AMP's own bfloat16 lists let it reach
+them: ``batch_dot`` of two bfloat16 FullyConnected outputs (AMP keeps the widest input type),
+``Activation`` softsign and ``Pooling`` lp (variants of ops that otherwise run in bfloat16).
+"""
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import mxmixed
+from mxmixed._core.state import bfloat16_support
+
+RUNS, WHY = bfloat16_support()
+pytestmark = pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
+
+
+class _Net(gluon.HybridBlock):
+    def __init__(self, tail):
+        super().__init__()
+        self.tail = tail
+        with self.name_scope():
+            self.query = gluon.nn.Dense(4, flatten=False, in_units=4)
+            self.key = gluon.nn.Dense(4, flatten=False, in_units=4)
+
+    def hybrid_forward(self, F, x):
+        scores = F.batch_dot(self.query(x), self.key(x), transpose_b=True)  # both bfloat16
+        if self.tail == "softsign":
+            return F.Activation(self.query(scores), act_type="softsign")
+        return F.Pooling(self.query(scores), kernel=(2,), pool_type="lp", p_value=2)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("tail", ["softsign", "lp"])
+def test_bfloat16_amp_runs_ops_without_a_cpu_bfloat16_kernel_in_float32(hybridize, tail):
+    x = mx.nd.random.uniform(shape=(2, 4, 4))
+    with mxmixed.amp_scope(target_dtype="bfloat16"):
+        net = _Net(tail)
+        net.initialize(mx.init.Xavier())
+        if hybridize:
+            net.hybridize()
+        x.attach_grad()
+        with autograd.record():
+            out = net(x)
+        out.backward()
+        grad = x.grad.asnumpy()
+    assert np.dtype(out.dtype) == np.float32  # the last op ran in float32
+    assert np.isfinite(out.asnumpy()).all() and np.isfinite(grad).all()
