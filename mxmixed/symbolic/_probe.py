@@ -2,6 +2,10 @@
 
 * :func:`probe_layers` runs a graph (float32 or converted) on batches with the outputs of the named
   layers added to its heads, and reduces them per layer while it runs (nothing large is kept);
+* :func:`layer_peaks` gives the same largest |value| per layer without adding heads: an op hook
+  reads each layer's output as the layer runs, so the graph keeps no more alive than in a plain
+  run (the calibration; a graph of every layer exposed keeps every activation, and MXNet's
+  bookkeeping for each, at once);
 * :func:`layer_sensitivity` turns a float32 and a float16 probe into the error each layer *adds*:
   its own relative error against its float32 activation, less the largest error it receives
   from its inputs;
@@ -9,15 +13,19 @@
   float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
 """
 
+import ctypes
+
 import numpy as np
 
+import mxnet as mx
 
 from .._core.dtypes import FLOAT16_MIN_NORMAL
 from .._core.graph import as_graph
 from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
-__all__ = ["layer_sensitivity", "probe_layers", "underflow_layers", "underflow_note"]
+__all__ = ["layer_peaks", "layer_sensitivity", "probe_layers", "underflow_layers",
+           "underflow_note"]
 
 
 class _Stats:
@@ -74,6 +82,98 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
         if keep:
             kept.append(acts)
     return [np.concatenate(parts) for parts in outputs], stats, kept
+
+
+class _PeakHook:
+    """An op hook of a graph whose op nodes are named by their index: the largest finite
+    |value| of output 0 of the nodes ``wanted`` (``{node: layer}``), per layer.
+
+    MXNet calls it once per output of each op as the op is pushed, output 0 first, with a new
+    NDArray handle that the hook owns. Reading it waits for that op alone; the next op is
+    pushed after the hook returns, so a buffer the graph reuses still holds this output.
+    Errors are kept for :meth:`check` (ctypes drops what a callback raises).
+    """
+
+    def __init__(self, wanted, count):
+        self.wanted = wanted
+        self.peak = np.zeros(count)
+        self.done = set()
+        self.error = None
+
+    def __call__(self, name, op_name, handle):
+        array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
+        node = name.split(b"_", 1)[0]
+        if self.error is not None or not node.isdigit():
+            return
+        node = int(node)
+        k = self.wanted.get(node)
+        if k is None or node in self.done:
+            return
+        self.done.add(node)
+        try:
+            act = array.asnumpy().astype(np.float32, copy=False)
+            finite = np.abs(act[np.isfinite(act)])
+            self.peak[k] = max(self.peak[k], float(finite.max(initial=0.0)))
+        except BaseException as err:  # raised again by check(), outside the ctypes callback
+            self.error = err
+
+    def check(self):
+        """Raise what a call raised; start the next batch."""
+        self.done = set()
+        if self.error is not None:
+            raise self.error
+
+
+def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc,
+                input_types=None):
+    """Run ``sym`` on ``batches``; the largest finite |value| of each named layer's output.
+
+    The layers' outputs are read by an op hook as each runs (:class:`_PeakHook`), not added to
+    the graph's heads: the run keeps alive what a plain run keeps. The graph that runs has its
+    op nodes named by their index (names may repeat, or read like another's output name); a
+    layer whose output 0 no node reads is made a head, so that MXNet computes it.
+
+    Parameters
+    ----------
+    sym, arg_params, aux_params
+        The model (float32: the calibration runs the model given).
+    names : list of str
+        The layers to read.
+    batches : list
+        NumPy batches, as :class:`Runner` takes them.
+    ctx : mxnet.Context
+    progress : bool
+    desc : str
+        The progress bar's words.
+    input_types : dict of str to numpy.dtype, optional
+        Dtypes of integer data inputs.
+
+    Returns
+    -------
+    outputs : list of numpy.ndarray
+        The graph's own outputs, concatenated over batches.
+    peaks : numpy.ndarray
+        ``peaks[k]``: the largest finite |value| of layer ``names[k]`` (the last node of that
+        name), 0 where it has none.
+    """
+    graph = as_graph(inference_graph(sym))
+    heads = [(src, out) for src, out, _ in graph.heads]
+    wanted = {graph.index(name): k for k, name in enumerate(names)}
+    consumed = set(graph.consumed_entries())
+    extra = [(i, 0) for i in sorted(wanted) if (i, 0) not in consumed]
+    renamed = graph.with_nodes({i: dict(node, name=str(i)) for i, node in enumerate(graph.nodes)
+                                if not node.is_variable})
+    probe = renamed.with_heads(heads + extra) if extra else renamed
+    runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx, input_types=input_types)
+    hook = _PeakHook(wanted, len(names))
+    runner.block.register_op_hook(hook)
+    outputs = [[] for _ in heads]
+    for batch in progress_bar(batches, progress, desc, total=len(batches)):
+        outs = runner(batch)
+        hook.check()
+        for store, out in zip(outputs, outs[:len(heads)]):
+            store.append(out)
+    return [np.concatenate(parts) for parts in outputs], hook.peak
 
 
 def layer_sensitivity(graph, names, peak32, diff16):
