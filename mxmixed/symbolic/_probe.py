@@ -13,6 +13,7 @@
   float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
 """
 
+import bisect
 import ctypes
 
 import numpy as np
@@ -84,9 +85,25 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
     return [np.concatenate(parts) for parts in outputs], stats, kept
 
 
+def _named_nodes(graph):
+    """``{name: node}`` of the op nodes of ``graph``, or None where MXNet's op hook could name
+    two of them alike: a name given twice, or one that another begins with, followed by ``_``
+    (the hook reports an output as the node's name, ``_`` and the output's name)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes) if not node.is_variable}
+    if len(index) != sum(1 for node in graph.nodes if not node.is_variable):
+        return None
+    ordered = sorted(index)
+    for name in ordered:
+        k = bisect.bisect_left(ordered, name + "_")
+        if k < len(ordered) and ordered[k].startswith(name + "_"):
+            return None
+    return index
+
+
 class _PeakHook:
-    """An op hook of a graph whose op nodes are named by their index: the largest finite
-    |value| of output 0 of the nodes ``wanted`` (``{node: layer}``), per layer.
+    """An op hook: the largest finite |value| of output 0 of the nodes ``wanted``
+    (``{node: layer}``), per layer. ``index`` maps the op nodes' names to the nodes (see
+    :func:`_named_nodes`); None where the graph's op nodes are named by their index.
 
     MXNet calls it once per output of each op as the op is pushed, output 0 first, with a new
     NDArray handle that the hook owns. Reading it waits for that op alone; the next op is
@@ -94,18 +111,31 @@ class _PeakHook:
     Errors are kept for :meth:`check` (ctypes drops what a callback raises).
     """
 
-    def __init__(self, wanted, count):
+    def __init__(self, wanted, count, index=None):
         self.wanted = wanted
+        self.index = index
         self.peak = np.zeros(count)
         self.done = set()
         self.error = None
 
+    def _node(self, name):
+        if self.index is None:
+            head = name.split(b"_", 1)[0]
+            return int(head) if head.isdigit() else None
+        text = name.decode("utf-8", "replace")
+        cut = text.rfind("_")
+        while cut >= 0:
+            node = self.index.get(text[:cut])
+            if node is not None:
+                return node
+            cut = text.rfind("_", 0, cut)
+        return None
+
     def __call__(self, name, op_name, handle):
         array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
-        node = name.split(b"_", 1)[0]
-        if self.error is not None or not node.isdigit():
+        if self.error is not None:
             return
-        node = int(node)
+        node = self._node(name)
         k = self.wanted.get(node)
         if k is None or node in self.done:
             return
@@ -129,9 +159,9 @@ def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc
     """Run ``sym`` on ``batches``; the largest finite |value| of each named layer's output.
 
     The layers' outputs are read by an op hook as each runs (:class:`_PeakHook`), not added to
-    the graph's heads: the run keeps alive what a plain run keeps. The graph that runs has its
-    op nodes named by their index (names may repeat, or read like another's output name); a
-    layer whose output 0 no node reads is made a head, so that MXNet computes it.
+    the graph's heads: the run keeps alive what a plain run keeps. Where the hook could name two
+    nodes alike (:func:`_named_nodes`), the graph that runs has its op nodes named by their
+    index. A layer whose output 0 no node reads is made a head, so that MXNet computes it.
 
     Parameters
     ----------
@@ -161,11 +191,13 @@ def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc
     wanted = {graph.index(name): k for k, name in enumerate(names)}
     consumed = set(graph.consumed_entries())
     extra = [(i, 0) for i in sorted(wanted) if (i, 0) not in consumed]
-    renamed = graph.with_nodes({i: dict(node, name=str(i)) for i, node in enumerate(graph.nodes)
-                                if not node.is_variable})
-    probe = renamed.with_heads(heads + extra) if extra else renamed
+    index = _named_nodes(graph)
+    if index is None:
+        graph = graph.with_nodes({i: dict(node, name=str(i))
+                                  for i, node in enumerate(graph.nodes) if not node.is_variable})
+    probe = graph.with_heads(heads + extra) if extra else graph
     runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx, input_types=input_types)
-    hook = _PeakHook(wanted, len(names))
+    hook = _PeakHook(wanted, len(names), index)
     runner.block.register_op_hook(hook)
     outputs = [[] for _ in heads]
     for batch in progress_bar(batches, progress, desc, total=len(batches)):
@@ -173,6 +205,9 @@ def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc
         hook.check()
         for store, out in zip(outputs, outs[:len(heads)]):
             store.append(out)
+    # a Gluon block lives in reference cycles until the collector runs: its MXNet graph and
+    # run state go now, before the validation builds its own
+    runner.block._clear_cached_op()
     return [np.concatenate(parts) for parts in outputs], hook.peak
 
 

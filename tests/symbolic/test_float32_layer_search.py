@@ -117,18 +117,20 @@ def test_convert_does_not_warn_for_ordinary_activations():
     assert model.report.notes == []
 
 
-def test_calibration_peaks_follow_repeated_names_and_outputs_no_node_reads():
-    """The calibration's op hook finds each layer by node, not by the name MXNet reports: two
-    layers named alike (the last one is meant), a name that reads like another's output, and
-    a split whose first output nothing reads."""
+@pytest.mark.parametrize("first, second, last", [("relu", "neg", "exp"),
+                                                 ("dup", "dup", "dup_output")])
+def test_calibration_peaks_follow_each_layer_whatever_its_name(first, second, last):
+    """The calibration's op hook finds each layer by node, not only by the name MXNet reports:
+    unique names, then two layers named alike (the last one is meant) and a name that reads
+    like another's output; a split whose first output nothing reads is measured too."""
     data = mx.sym.var("data")
-    first = mx.sym.relu(data, name="dup")
-    second = mx.sym.negative(first * 3, name="dup")
-    halves = mx.sym.split(second, num_outputs=2, axis=1, name="split")
-    net = mx.sym.exp(halves[1] * 0.5, name="dup_output")
+    relu = mx.sym.relu(data, name=first)
+    neg = mx.sym.negative(relu * 3, name=second)
+    halves = mx.sym.split(neg, num_outputs=2, axis=1, name="split")
+    net = mx.sym.exp(halves[1] * 0.5, name=last)
     X = np.array([[1.0, -2.0, 4.0, 0.5], [0.25, 3.0, -1.0, 2.0]], np.float32)
-    outputs, peaks = layer_peaks(net, {}, {}, ["dup", "split", "dup_output"],
-                                 [X[:1], X[1:]], mx.cpu(), False, "peaks")
+    outputs, peaks = layer_peaks(net, {}, {}, [second, "split", last], [X[:1], X[1:]],
+                                 mx.cpu(), False, "peaks")
     negated = -3 * np.maximum(X, 0)
     assert np.allclose(outputs[0], np.exp(negated[:, 2:] * 0.5))
     assert peaks.tolist() == pytest.approx([np.abs(negated).max(),
