@@ -21,7 +21,7 @@ from ._fold import fold_batchnorm
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
 from ._options import ConvertOptions, options_from
-from ._probe import probe_layers, underflow_layers, underflow_note
+from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
 from ._validation import batch_types, split_batches
 
@@ -356,12 +356,11 @@ def _calibrate(model, folded, report, calibration, batch_size, ctx, progress, no
     Returns the float32 outputs, which :func:`validate` can reuse as its reference.
     """
     names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
-    # one sample at a time: every float16 layer's output is exposed, so the executor keeps
-    # them all at once (SSD-512, 16 samples: 8.6 GB peak at batch 8, 2.2 GB at batch 1)
-    outputs, stats, _ = probe_layers(*model, [folded.get(n, n) for n in names],
-                                     split_batches(calibration, 1), default_ctx(ctx), progress,
-                                     "calibrate: float32 run", input_types=input_types)
-    tiny, heads = underflow_layers(names, stats.peak, outputs)
+    # one sample at a time: the memory of a run grows with its batch
+    outputs, peaks = layer_peaks(*model, [folded.get(n, n) for n in names],
+                                 split_batches(calibration, 1), default_ctx(ctx), progress,
+                                 "calibrate: float32 run", input_types=input_types)
+    tiny, heads = underflow_layers(names, peaks, outputs)
     if tiny or heads:
         notes.append(underflow_note(tiny, heads, outputs))
     return outputs

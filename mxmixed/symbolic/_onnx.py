@@ -184,14 +184,13 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
         raise ConversionError("input_types names %s, not a data input of the graph (its data "
                               "inputs: %s)" % (", ".join(unknown), ", ".join(data_names)))
     dtypes = [types.get(n, np.dtype(var_dtype(var_nodes[n]))) for n in data_names]
-    proto, opset = to_proto(sym, params, data_names, dtypes, shapes)
     float32_bytes = None
-    if float32_model is not None:
+    if float32_model is not None:  # first: its proto is gone before the one kept is made
         sym32, args32, auxs32 = float32_model
-        sym32 = inference_graph(sym32)
-        proto32, _ = to_proto(sym32, dict(args32, **auxs32), data_names,
-                              [types.get(n, FLOAT32) for n in data_names], shapes)
-        float32_bytes = proto32.ByteSize()
+        float32_bytes = to_proto(inference_graph(sym32), dict(args32, **auxs32), data_names,
+                                 [types.get(n, FLOAT32) for n in data_names],
+                                 shapes)[0].ByteSize()
+    proto, opset = to_proto(sym, params, data_names, dtypes, shapes)
     notes = []
     nms = class_aware_nms(graph)
     if nms:

@@ -9,6 +9,8 @@ What it lacks or gets wrong, and what this module does about it:
   (6.0 becomes 17920.0): decoded during the export;
 * it writes float16 initializers as ``int32_data`` and lists every parameter as a graph input:
   raw initializers, none of them an input;
+* its converter of parameters hands each one to onnx as a Python list (``tolist()``, about 32
+  bytes per value): for the length of one export, parameters go to onnx as raw bytes;
 * it maps per-class ``box_nms`` to ONNX ``NonMaxSuppression`` across classes: named in a note.
 
 Private to :mod:`mxmixed.symbolic`; :mod:`._onnx` holds the public functions.
@@ -159,6 +161,33 @@ def _float16_constants_as_values():
         helper.make_tensor = make_tensor
 
 
+@contextlib.contextmanager
+def _raw_initializers(exporter):
+    """For the length of one export, MXNet's converter of parameters (op ``null``) writes each
+    as a raw initializer from its array, as ``numpy_helper.from_array`` does, where MXNet's
+    builds a Python list of its values first (8 to 16 times the parameter's bytes). Graph
+    inputs go to MXNet's own converter."""
+    from onnx import helper, numpy_helper
+
+    registry = exporter.registry_[12]
+    mxnet_null = registry["null"]
+
+    def convert(node, **kwargs):
+        if kwargs["is_input"] is not False:
+            return mxnet_null(node, **kwargs)
+        name = str(node["name"])
+        value = kwargs["weights"][name]
+        kwargs["initializer"].append(numpy_helper.from_array(value, name))
+        return [helper.make_tensor_value_info(name, _tensor_type(value.dtype),
+                                              np.shape(value))], (value.dtype,)
+
+    registry["null"] = convert
+    try:
+        yield
+    finally:
+        registry["null"] = mxnet_null
+
+
 def class_aware_nms(graph):
     """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
     return [n.name for n in graph.nodes if n.op == "_contrib_box_nms"
@@ -281,7 +310,7 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     for opset in (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,):
         try:
             with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
-                    _graph_check_at(onnx, opset):
+                    _graph_check_at(onnx, opset), _raw_initializers(exporter):
                 warnings.simplefilter("ignore", DeprecationWarning)
                 graph_proto = exporter().create_onnx_graph_proto(
                     keep, params, [(1,) + tuple(s) for s in input_shape],
@@ -300,8 +329,9 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
-        graph_proto.initializer[k].CopyFrom(
-            numpy_helper.from_array(numpy_helper.to_array(init), init.name))
+        if not init.HasField("raw_data"):
+            graph_proto.initializer[k].CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(init), init.name))
     inputs = [v for v in graph_proto.input if v.name not in inits]
     del graph_proto.input[:]
     graph_proto.input.extend(inputs)

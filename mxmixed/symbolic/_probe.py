@@ -2,6 +2,10 @@
 
 * :func:`probe_layers` runs a graph (float32 or converted) on batches with the outputs of the named
   layers added to its heads, and reduces them per layer while it runs (nothing large is kept);
+* :func:`layer_peaks` gives the same largest |value| per layer without adding heads: an op hook
+  reads each layer's output as the layer runs, so the graph keeps no more alive than in a plain
+  run (the calibration; a graph of every layer exposed keeps every activation, and MXNet's
+  bookkeeping for each, at once);
 * :func:`layer_sensitivity` turns a float32 and a float16 probe into the error each layer *adds*:
   its own relative error against its float32 activation, less the largest error it receives
   from its inputs;
@@ -9,15 +13,20 @@
   float16's smallest normal, 6.1e-5, where float16 keeps few or no significant digits.
 """
 
+import bisect
+import ctypes
+
 import numpy as np
 
+import mxnet as mx
 
 from .._core.dtypes import FLOAT16_MIN_NORMAL
 from .._core.graph import as_graph
 from ._inference import inference_graph
 from ._validation import Runner, progress_bar
 
-__all__ = ["layer_sensitivity", "probe_layers", "underflow_layers", "underflow_note"]
+__all__ = ["layer_peaks", "layer_sensitivity", "probe_layers", "underflow_layers",
+           "underflow_note"]
 
 
 class _Stats:
@@ -74,6 +83,132 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
         if keep:
             kept.append(acts)
     return [np.concatenate(parts) for parts in outputs], stats, kept
+
+
+def _named_nodes(graph):
+    """``{name: node}`` of the op nodes of ``graph``, or None where MXNet's op hook could name
+    two of them alike: a name given twice, or one that another begins with, followed by ``_``
+    (the hook reports an output as the node's name, ``_`` and the output's name)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes) if not node.is_variable}
+    if len(index) != sum(1 for node in graph.nodes if not node.is_variable):
+        return None
+    ordered = sorted(index)
+    for name in ordered:
+        k = bisect.bisect_left(ordered, name + "_")
+        if k < len(ordered) and ordered[k].startswith(name + "_"):
+            return None
+    return index
+
+
+class _PeakHook:
+    """An op hook: the largest finite |value| of output 0 of the nodes ``wanted``
+    (``{node: layer}``), per layer. ``index`` maps the op nodes' names to the nodes (see
+    :func:`_named_nodes`); None where the graph's op nodes are named by their index.
+
+    MXNet calls it once per output of each op as the op is pushed, output 0 first, with a new
+    NDArray handle that the hook owns. Reading it waits for that op alone; the next op is
+    pushed after the hook returns, so a buffer the graph reuses still holds this output.
+    Errors are kept for :meth:`check` (ctypes drops what a callback raises).
+    """
+
+    def __init__(self, wanted, count, index=None):
+        self.wanted = wanted
+        self.index = index
+        self.peak = np.zeros(count)
+        self.done = set()
+        self.error = None
+
+    def _node(self, name):
+        if self.index is None:
+            head = name.split(b"_", 1)[0]
+            return int(head) if head.isdigit() else None
+        text = name.decode("utf-8", "replace")
+        cut = text.rfind("_")
+        while cut >= 0:
+            node = self.index.get(text[:cut])
+            if node is not None:
+                return node
+            cut = text.rfind("_", 0, cut)
+        return None
+
+    def __call__(self, name, op_name, handle):
+        array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
+        if self.error is not None:
+            return
+        node = self._node(name)
+        k = self.wanted.get(node)
+        if k is None or node in self.done:
+            return
+        self.done.add(node)
+        try:
+            act = array.asnumpy().astype(np.float32, copy=False)
+            finite = np.abs(act[np.isfinite(act)])
+            self.peak[k] = max(self.peak[k], float(finite.max(initial=0.0)))
+        except BaseException as err:  # raised again by check(), outside the ctypes callback
+            self.error = err
+
+    def check(self):
+        """Raise what a call raised; start the next batch."""
+        self.done = set()
+        if self.error is not None:
+            raise self.error
+
+
+def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc,
+                input_types=None):
+    """Run ``sym`` on ``batches``; the largest finite |value| of each named layer's output.
+
+    The layers' outputs are read by an op hook as each runs (:class:`_PeakHook`), not added to
+    the graph's heads: the run keeps alive what a plain run keeps. Where the hook could name two
+    nodes alike (:func:`_named_nodes`), the graph that runs has its op nodes named by their
+    index. A layer whose output 0 no node reads is made a head, so that MXNet computes it.
+
+    Parameters
+    ----------
+    sym, arg_params, aux_params
+        The model (float32: the calibration runs the model given).
+    names : list of str
+        The layers to read.
+    batches : list
+        NumPy batches, as :class:`Runner` takes them.
+    ctx : mxnet.Context
+    progress : bool
+    desc : str
+        The progress bar's words.
+    input_types : dict of str to numpy.dtype, optional
+        Dtypes of integer data inputs.
+
+    Returns
+    -------
+    outputs : list of numpy.ndarray
+        The graph's own outputs, concatenated over batches.
+    peaks : numpy.ndarray
+        ``peaks[k]``: the largest finite |value| of layer ``names[k]`` (the last node of that
+        name), 0 where it has none.
+    """
+    graph = as_graph(inference_graph(sym))
+    heads = [(src, out) for src, out, _ in graph.heads]
+    wanted = {graph.index(name): k for k, name in enumerate(names)}
+    consumed = set(graph.consumed_entries())
+    extra = [(i, 0) for i in sorted(wanted) if (i, 0) not in consumed]
+    index = _named_nodes(graph)
+    if index is None:
+        graph = graph.with_nodes({i: dict(node, name=str(i))
+                                  for i, node in enumerate(graph.nodes) if not node.is_variable})
+    probe = graph.with_heads(heads + extra) if extra else graph
+    runner = Runner((probe.to_symbol(), arg_params, aux_params), ctx, input_types=input_types)
+    hook = _PeakHook(wanted, len(names), index)
+    runner.block.register_op_hook(hook)
+    outputs = [[] for _ in heads]
+    for batch in progress_bar(batches, progress, desc, total=len(batches)):
+        outs = runner(batch)
+        hook.check()
+        for store, out in zip(outputs, outs[:len(heads)]):
+            store.append(out)
+    # a Gluon block lives in reference cycles until the collector runs: its MXNet graph and
+    # run state go now, before the validation builds its own
+    runner.block._clear_cached_op()
+    return [np.concatenate(parts) for parts in outputs], hook.peak
 
 
 def layer_sensitivity(graph, names, peak32, diff16):

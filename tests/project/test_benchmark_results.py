@@ -359,6 +359,22 @@ def _symbolic_md(c):
     return out
 
 
+def _untrusted_md(c):
+    table = "| what (`benchmarks/graph_cost.py`) | peak memory | where it goes |"
+    cost = lambda fig: _fig(c, "graph_cost", None, fig)  # noqa: E731
+    chain, validate = cost("mxmixed convert: peak"), cost("mxmixed convert --validate")
+    onnx, settle = cost("mxmixed convert --format onnx"), cost("bfloat16 conversion time")
+    return [
+        ((table, "| `mxmixed convert` of a long graph"), "(%s) | %.1fx the symbol file |" % (
+            chain["workload"], chain["value"])),
+        ((table, "| `mxmixed convert --validate 2` of the same"), "| %.1fx the symbol file |" % (
+            validate["value"])),
+        ((table, "| `mxmixed convert --format onnx`"), "(%s) | %.1fx the params file |" % (
+            onnx["workload"], onnx["value"])),
+        ((table, "| bfloat16 settling"), "(%s) | %s |" % (settle["workload"], _ratio(settle))),
+    ]
+
+
 def _unit(lines, where):
     """The table row (or the whole paragraph, spaces normalized) holding ``where``."""
     anchor, marker = where if isinstance(where, tuple) else (None, where)
@@ -383,7 +399,7 @@ def _unit(lines, where):
 @pytest.mark.parametrize("doc, quotes", [
     ("README.md", _readme), ("docs/emulation.md", _emulation_md),
     ("docs/bfloat16.md", _bfloat16_md), ("docs/symbolic.md", _symbolic_md),
-    ("docs/run.md", _run_md)])
+    ("docs/run.md", _run_md), ("docs/untrusted-files.md", _untrusted_md)])
 def test_docs_quote_the_recorded_benchmark_copy(doc, quotes):
     copy = _record.load_latest()
     with open(os.path.join(ROOT, doc), encoding="utf-8") as handle:

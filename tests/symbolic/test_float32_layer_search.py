@@ -9,6 +9,7 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from mxmixed import symbolic
+from mxmixed.symbolic._probe import layer_peaks
 
 OVERFLOW = {4: 3e5, 15: 3e5}    # weights x3e5: outputs near 1e5 > 65504, weights too
 UNDERFLOW = {9: 1e-6, 20: 1e-6}  # weights x1e-6: outputs near 1e-6, float16 subnormals
@@ -114,3 +115,24 @@ def test_convert_does_not_warn_for_ordinary_activations():
     args = {"fc1_weight": mx.nd.ones((4, 8)), "fc1_bias": mx.nd.zeros(4)}
     model = symbolic.convert(net, args, {}, calibration=np.ones((2, 8), np.float32))
     assert model.report.notes == []
+
+
+@pytest.mark.parametrize("first, second, last", [("relu", "neg", "exp"),
+                                                 ("dup", "dup", "dup_output")])
+def test_calibration_peaks_follow_each_layer_whatever_its_name(first, second, last):
+    """The calibration's op hook finds each layer by node, not only by the name MXNet reports:
+    unique names, then two layers named alike (the last one is meant) and a name that reads
+    like another's output; a split whose first output nothing reads is measured too."""
+    data = mx.sym.var("data")
+    relu = mx.sym.relu(data, name=first)
+    neg = mx.sym.negative(relu * 3, name=second)
+    halves = mx.sym.split(neg, num_outputs=2, axis=1, name="split")
+    net = mx.sym.exp(halves[1] * 0.5, name=last)
+    X = np.array([[1.0, -2.0, 4.0, 0.5], [0.25, 3.0, -1.0, 2.0]], np.float32)
+    outputs, peaks = layer_peaks(net, {}, {}, [second, "split", last], [X[:1], X[1:]],
+                                 mx.cpu(), False, "peaks")
+    negated = -3 * np.maximum(X, 0)
+    assert np.allclose(outputs[0], np.exp(negated[:, 2:] * 0.5))
+    assert peaks.tolist() == pytest.approx([np.abs(negated).max(),
+                                            np.abs(negated[:, :2]).max(),
+                                            np.exp(negated[:, 2:] * 0.5).max()])
