@@ -303,8 +303,14 @@ def bert_classifier(seed=0):
     return net, inputs
 
 
-def bert_inference(folder, rounds):
-    """The BERT classifier exported, converted to bfloat16, loaded; timed against float32."""
+def _bert_blocks(folder):
+    """The BERT classifier's inference blocks, by name, its inputs and the conversion's time.
+
+    float32: the exported pair with static memory and oneDNN's subgraph backend (``fp32``),
+    without the backend (``fp32 static``), and with the conversion's float32 rewrites
+    (``fp32 rewritten``: what of the speed-up is not bfloat16's); bfloat16: the pair
+    ``symbolic.convert`` made, loaded by ``load_bfloat16``.
+    """
     import mxnet as mx
     from mxnet import gluon
 
@@ -322,32 +328,43 @@ def bert_inference(folder, rounds):
     model = symbolic.convert(sym, args, auxs, target_dtype="bfloat16")
     convert_s = time.perf_counter() - start
     model.save(prefix + "-bf16", 0)
-    bf16 = symbolic.load_bfloat16(prefix + "-bf16", 0)
-    fp32 = gluon.SymbolBlock.imports(prefix + "-symbol.json", names, prefix + "-0000.params")
-    fp32.optimize_for(*x, backend="MKLDNN", static_alloc=True, static_shape=True)
-    fp32_static = gluon.SymbolBlock.imports(prefix + "-symbol.json", names,
-                                            prefix + "-0000.params")
-    fp32_static.hybridize(static_alloc=True, static_shape=True)
-    # float32 with the conversion's float32 rewrites: what of the speed-up is not bfloat16's
     graph, rargs, rauxs, _ = fold_constants(sym, args, auxs)
     graph, _ = mask_softmax(graph)
     mx.model.save_checkpoint(prefix + "-rewritten", 0, graph.to_symbol(), rargs, rauxs)
-    fp32_rw = gluon.SymbolBlock.imports(prefix + "-rewritten-symbol.json", names,
-                                        prefix + "-rewritten-0000.params")
-    fp32_rw.optimize_for(*x, backend="MKLDNN", static_alloc=True, static_shape=True)
-    blocks = (fp32, bf16, fp32_static, fp32_rw)
-    for block in blocks:
+
+    def float32(name, backend):
+        block = gluon.SymbolBlock.imports(name + "-symbol.json", names, name + "-0000.params")
+        if backend:
+            block.optimize_for(*x, backend=backend, static_alloc=True, static_shape=True)
+        else:
+            block.hybridize(static_alloc=True, static_shape=True)
+        return block
+
+    blocks = {"fp32": float32(prefix, "MKLDNN"),
+              "bfloat16": symbolic.load_bfloat16(prefix + "-bf16", 0),
+              "fp32 static": float32(prefix, None),
+              "fp32 rewritten": float32(prefix + "-rewritten", "MKLDNN")}
+    for block in blocks.values():
         mx.nd.waitall()
         block(*x)
-    ref = fp32_static(*x).asnumpy()
-    error = float(abs(bf16(*x).astype("float32").asnumpy() - ref).max() / abs(ref).max())
+    return blocks, x, convert_s
 
-    def call(block):
-        return lambda: block(*x).wait_to_read()
 
-    med, lo, hi, t32, t16 = interleaved(call(fp32), call(bf16), rounds, 2)
-    smed, slo, shi, s32, _ = interleaved(call(fp32_static), call(bf16), max(2, rounds - 1), 2)
-    rmed, rlo, rhi, r32, _ = interleaved(call(fp32_rw), call(bf16), max(2, rounds - 1), 2)
+def bert_inference(folder, rounds):
+    """The BERT classifier exported, converted to bfloat16, loaded; timed against float32."""
+    blocks, x, convert_s = _bert_blocks(folder)
+    ref = blocks["fp32 static"](*x).asnumpy()
+    out = blocks["bfloat16"](*x).astype("float32").asnumpy()
+    error = float(abs(out - ref).max() / abs(ref).max())
+
+    def call(name):
+        return lambda: blocks[name](*x).wait_to_read()
+
+    med, lo, hi, t32, t16 = interleaved(call("fp32"), call("bfloat16"), rounds, 2)
+    smed, slo, shi, s32, _ = interleaved(call("fp32 static"), call("bfloat16"),
+                                         max(2, rounds - 1), 2)
+    rmed, rlo, rhi, r32, _ = interleaved(call("fp32 rewritten"), call("bfloat16"),
+                                         max(2, rounds - 1), 2)
     name = "BERT 4x512 inference"
     size = "%(layers)dx%(units)d, %(heads)d heads, seq %(length)d, batch %(batch)d" % BERT
     return [
@@ -365,8 +382,9 @@ def bert_inference(folder, rounds):
     ]
 
 
-def bert_training(rounds):
-    """One Adam step of the BERT classifier: float32 against bfloat16 AMP (no loss scaling)."""
+def _bert_steps():
+    """One Adam step of the BERT classifier in float32 and in bfloat16 AMP (no loss scaling),
+    each a callable; the bfloat16 one records its loss in the list returned third."""
     import mxnet as mx
     from mxnet import autograd, gluon
 
@@ -405,8 +423,14 @@ def bert_training(rounds):
     with mxmixed.amp_scope(target_dtype="bfloat16"):
         net16, _, trainer16 = build()
         mxmixed.init_trainer(trainer16)
-        step16()
+        step16()  # the block caches its bfloat16 training graph inside the scope
     step32(), step16()
+    return step32, step16, losses
+
+
+def bert_training(rounds):
+    """One Adam step of the BERT classifier: float32 against bfloat16 AMP (no loss scaling)."""
+    step32, step16, losses = _bert_steps()
     med, lo, hi, t32, t16 = interleaved(step32, step16, rounds, 1)
     name = "BERT 4x512 training"
     return [_rec(name, "training step speed-up (Adam), seq %(length)d, batch %(batch)d: "
@@ -414,6 +438,44 @@ def bert_training(rounds):
                  [lo, hi], "float32 %.3f s, bfloat16 %.3f s per step" % (t32, t16),
                  goal=GOALS[name], met=bool(med >= GOALS[name]),
                  finite_losses=bool(all(abs(v) < float("inf") for v in losses)))]
+
+
+def bert_profile(steps=3, top=12):
+    """Per-op time of the BERT classifier, float32 against bfloat16, inference and training.
+
+    MXNet's profiler (aggregate statistics) over ``steps`` calls of each, in one process, the
+    ops not bulked (``--profile`` sets ``MXNET_EXEC_BULK_EXEC_*=0`` before MXNet loads).
+    Returns lines of text: per variant the summed op time per call and the ``top`` ops.
+    """
+    import mxnet as mx
+
+    lines = []
+
+    def measure(tag, call):
+        call()
+        mx.nd.waitall()
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                               filename=os.path.join(tempfile.gettempdir(), "bf16-profile.json"))
+        mx.profiler.set_state("run")
+        for _ in range(steps):
+            call()
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        ops = json.loads(mx.profiler.dumps(format="json", reset=True))["Time"]["operator"]
+        total = sum(v["Total"] for v in ops.values())
+        lines.append("%s: %.0f ms of op time per call" % (tag, total / steps))
+        for name, v in sorted(ops.items(), key=lambda kv: -kv[1]["Total"])[:top]:
+            lines.append("  %-46s %8.1f ms %5.1f%%  x%d" % (
+                name, v["Total"] / steps, 100 * v["Total"] / total, v["Count"] // steps))
+
+    with tempfile.TemporaryDirectory() as folder:
+        blocks, x, _ = _bert_blocks(folder)
+        for tag in ("fp32", "bfloat16"):
+            measure("inference, " + tag, lambda: blocks[tag](*x).wait_to_read())
+    step32, step16, _ = _bert_steps()
+    measure("training step, float32", step32)
+    measure("training step, bfloat16 AMP", step16)
+    return lines
 
 
 def accuracy(seeds, epochs):
@@ -498,8 +560,17 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the records here")
     parser.add_argument("--bert-only", action="store_true",
                         help="only the BERT classifier's inference and training")
+    parser.add_argument("--profile", action="store_true",
+                        help="only the BERT classifier's per-op profile, float32 and bfloat16")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.profile:
+        from mxmixed._core.amx import request_amx
+
+        print("oneDNN's AMX kernels: %s; load average %s" % (request_amx(), _load()))
+        print("\n".join(bert_profile()))
+        print("load average %s" % _load())
+        return 0
     records = run(args.quick, args.bert_only)
     print("bfloat16 / float32 on this CPU (%.0f s)" % (time.perf_counter() - start))
     for r in records:
@@ -517,4 +588,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if "--profile" in sys.argv:  # ops one at a time; read when MXNet builds its executors
+        os.environ.setdefault("MXNET_EXEC_BULK_EXEC_INFERENCE", "0")
+        os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
     sys.exit(main())
