@@ -104,44 +104,45 @@ def fold_constants(graph, arg_params, aux_params):
         return graph, dict(arg_params), dict(aux_params), []
     values = _evaluate(graph, entries, params)
     taken = {node.name for node in graph.nodes} | set(params)
-    rebuild = graph.rebuild()
-    args = dict(arg_params)
-    replaced = {}
+    args, names = dict(arg_params), {}
     for (src, out), value in zip(entries, values):
         name = _new_name("%s_folded%s" % (graph.nodes[src].name, "" if out == 0 else out), taken)
         taken.add(name)
         args[name] = value
-        replaced[(src, out)] = name
+        names[(src, out)] = name
+    rebuild, variables = graph.rebuild(), {}
+
+    def read_folded(entry):
+        if entry in names and entry not in variables:
+            variables[entry] = rebuild.add({"op": "null", "name": names[entry], "inputs": []})
+            rebuild.redirect(entry, (variables[entry], 0))
+
     for i, node in enumerate(graph.nodes):
-        if i in constant and not node.is_variable:
-            continue
-        for src, out, _ in node.inputs:
-            if (src, out) in replaced and not isinstance(replaced[(src, out)], int):
-                replaced[(src, out)] = rebuild.add({"op": "null", "name": replaced[(src, out)],
-                                                   "inputs": []})
-                rebuild.redirect((src, out), (replaced[(src, out)], 0))
+        if node.is_variable or i not in constant:
+            for src, out, _ in node.inputs:
+                read_folded((src, out))
         rebuild.place(i, rebuild.add(rebuild.mapped(node)))
-    for (src, out), new in list(replaced.items()):
-        if not isinstance(new, int):  # read by a head only
-            rebuild.redirect((src, out), (rebuild.add({"op": "null", "name": new,
-                                                       "inputs": []}), 0))
-    new = rebuild.graph()
-    new = _drop_unread(new)
+    for src, out, _ in graph.heads:
+        read_folded((src, out))
+    new = _prune(rebuild.graph())
     used = {node.name for node in new.nodes if node.is_variable}
     return (new, {k: v for k, v in args.items() if k in used},
             {k: v for k, v in aux_params.items() if k in used},
             [graph.nodes[src].name for src, _ in entries])
 
 
-def _drop_unread(graph):
-    """The graph without the variables that nothing reads any more."""
-    read = {src for node in graph.nodes for src, _, _ in node.inputs}
-    read |= {src for src, _, _ in graph.heads}
+def _prune(graph):
+    """The graph without the nodes that no head depends on (the folded computations)."""
+    needed, stack = set(), [src for src, _, _ in graph.heads]
+    while stack:
+        i = stack.pop()
+        if i not in needed:
+            needed.add(i)
+            stack.extend(src for src, _, _ in graph.nodes[i].inputs)
     rebuild = graph.rebuild()
     for i, node in enumerate(graph.nodes):
-        if node.is_variable and i not in read:
-            continue
-        rebuild.place(i, rebuild.add(rebuild.mapped(node)))
+        if i in needed:
+            rebuild.place(i, rebuild.add(rebuild.mapped(node)))
     return rebuild.graph()
 
 

@@ -66,3 +66,21 @@ def test_values_that_read_data_grow_or_draw_at_random_are_not_folded():
     graph = as_graph(sym)
     result = fold_constants(graph, {"bias": mx.nd.ones((1, 4))}, {})
     assert result[0] is graph and result[3] == []
+
+
+def test_a_value_left_unfolded_still_feeds_the_graph_beside_a_folded_one():
+    data, w, bias = mx.sym.var("data"), mx.sym.var("w"), mx.sym.var("bias")
+    weight = mx.sym.reshape(w, shape=(4, 4), name="flat")
+    grown = mx.sym.broadcast_to(bias, shape=(2, 4), name="grown")
+    sym = mx.sym.FullyConnected(data, weight, no_bias=True, num_hidden=4) + grown
+    rng = np.random.RandomState(1)
+    arrays = {"data": rng.normal(size=(2, 4)).astype(np.float32),
+              "w": rng.normal(size=(16,)).astype(np.float32),
+              "bias": rng.normal(size=(1, 4)).astype(np.float32)}
+    params = {k: mx.nd.array(arrays[k]) for k in ("w", "bias")}
+    graph, args, _, folded = fold_constants(sym, params, {})
+    assert folded == ["flat"] and sorted(args) == ["bias", "flat_folded"]
+    assert "broadcast_to" in [n.op for n in graph.nodes]
+    got = _run(graph.to_symbol(), {"data": arrays["data"], "bias": arrays["bias"],
+                                   "flat_folded": args["flat_folded"].asnumpy()})
+    np.testing.assert_array_equal(got, _run(sym, arrays))
