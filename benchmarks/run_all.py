@@ -63,7 +63,8 @@ SUITES = [
      ["--rounds", "2", "--steps", "2"],
      "gluonnlp BERT classifier: emulated AMP step / float32 step (needs gluonnlp)"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
-     "bfloat16 / float32 on this CPU: inference via mxmixed convert, training, digits accuracy"),
+     "bfloat16 / float32 on this CPU: inference via mxmixed convert, training (ResNet, BERT), "
+     "digits accuracy"),
     ("graph_cost", "graph_cost.py", [], ["--nodes", "10000", "--refused", "40", "--rounds", "1"],
      "conversion time and memory as the graph grows: settling 2n / n, peak memory / file size"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],

@@ -21,6 +21,9 @@ SWITCHES = {
     "MXMIXED_EMULATION_CARRY": (
         "1", "float16 values between two emulated ops are carried as float32 and rounded by "
              "one op; 0 keeps the cast pairs"),
+    "MXMIXED_BFLOAT16_AMX": (
+        "1", "the bfloat16 entry points switch on oneDNN's AMX kernels where the CPU has AMX "
+             "(MXNet 1.9.1's oneDNN leaves them off); 0 leaves oneDNN as it is"),
     "MXMIXED_PROGRESS": (
         "", "progress bars are always drawn; 0 never; unset: only on a terminal or in Jupyter"),
 }

@@ -9,7 +9,7 @@ import numpy as np
 import mxnet as mx
 
 from .. import emulation
-from .._core import dtypes, state
+from .._core import amx, dtypes, state
 from .._core.graph import cast_node, load_graph
 from .._version import __version__
 
@@ -32,8 +32,11 @@ def _bfloat16():
         return "cannot run: " + reason
     native = state.bfloat16_native()
     if native:
+        tiles = ("; oneDNN's AMX kernels: %s" % (amx.amx_status() or "requested by the first "
+                 "bfloat16 entry point (mxmixed.init, convert, load_bfloat16, --probe)")
+                 if native == "AMX-BF16" else "")
         return ("native: oneDNN runs bfloat16 with this CPU's %s instructions (`mxmixed info "
-                "--probe` measures the speed-up)" % native)
+                "--probe` measures the speed-up)%s" % (native, tiles))
     return ("emulated by oneDNN: AVX-512 without AVX512-BF16 or AMX, so bfloat16 runs but is "
             "slower than float32 (`mxmixed info --probe` measures it)")
 
@@ -73,6 +76,7 @@ def probe_bfloat16(repeats=7):
     runs, reason = state.bfloat16_support()
     if not runs:
         raise RuntimeError("bfloat16 cannot run here: %s" % reason)
+    amx.request_amx()
     rng = np.random.RandomState(0)
 
     def arrays(*shapes):

@@ -13,6 +13,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
+from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph
@@ -23,6 +24,7 @@ from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_floa
 from ._options import ConvertOptions, options_from
 from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
+from ._rewrite import fold_constants, mask_softmax
 from ._validation import batch_types, split_batches
 
 __all__ = ["convert", "ConvertedModel"]
@@ -264,6 +266,9 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
             notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
                          "before the cast (fold_batchnorm; for inference): %s"
                          % (len(folded), _names([bn for bn, _ in folded])))
+    if target == "bfloat16":
+        request_amx()
+        sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
                                                    notes, input_types)
@@ -293,6 +298,19 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         report.calibration_seconds = time.perf_counter() - start
     report.notes = notes + report.notes
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
+
+
+def _rewrite_for_onednn(sym, arg32, aux32, notes):
+    """The float32 rewrites of a bfloat16 conversion (:mod:`._rewrite`), noted in the report."""
+    graph, arg32, aux32, folded = fold_constants(sym, arg32, aux32)
+    graph, masked = mask_softmax(graph)
+    if folded:
+        notes.append("%d value(s) computed from params alone were computed once, in float32, "
+                     "and stored as params: %s" % (len(folded), _names(folded)))
+    if masked:
+        notes.append("%d softmax with use_length rewritten as a SequenceMask and a plain "
+                     "softmax, which oneDNN runs: %s" % (len(masked), _names(masked)))
+    return (graph.to_symbol() if folded or masked else sym), arg32, aux32
 
 
 def _check_convert_arguments(sym, arg_params, aux_params):

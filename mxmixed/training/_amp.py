@@ -21,6 +21,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 
 from .. import emulation
+from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
 from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
 
@@ -44,6 +45,7 @@ def _check_target(target_dtype):
                                "a GPU)" % why)
         if bfloat16_native() is None:
             warnings.warn(BFLOAT16_EMULATED, stacklevel=3)
+        request_amx()
     if mx.util.is_np_array() or mx.util.is_np_shape():
         raise RuntimeError("NumPy mode (npx.set_np) is on: MXNet 1.9's AMP patches nothing "
                            "there and the net would silently stay float32; call "

@@ -324,6 +324,24 @@ def _bfloat16_md(c):
             " ".join("%.3f" % a for a in acc["bfloat16"]))),
         ("same run the benchmark's `mxmixed convert", "exited %d" % bf(
             "ssd_512_mobilenet1.0_voc", "inference speed-up, batch 4, 512")["convert_exit_code"]),
+    ] + _bert_rows(table, bf, words)
+
+
+def _bert_rows(table, bf, words):
+    infer = bf("BERT 4x512 inference", "inference speed-up, 4x512")
+    train = bf("BERT 4x512 training", "training step")
+    return [
+        ((table, "| BERT 4x512 inference"), "| %s | %gx, error ≤ %g: %s |" % (
+            _ratio(infer, bold=True), infer["goal"], infer["max_error"],
+            "met" if infer["met"] else "not met")),
+        ((table, "| BERT 4x512 inference"), "error against float32 %.4f |" % (
+            infer["error_bfloat16"])),
+        ((table, "| BERT, float32 without the subgraph backend"), "| %s |" % _ratio(
+            bf("BERT 4x512 inference", "inference speed-up: float32 (static, no"))),
+        ((table, "| BERT, float32 with the conversion's float32 rewrites"), "| %s |" % _ratio(
+            bf("BERT 4x512 inference", "inference speed-up: float32 with"))),
+        ((table, "| BERT 4x512 training step"), "| %s | %s |" % (
+            _ratio(train, bold=True), words(train))),
     ]
 
 

@@ -12,6 +12,7 @@ from mxnet.contrib import amp
 
 from conftest import run_convert
 from mxmixed import bfloat16_support, cli, symbolic
+from mxmixed.symbolic._inference import symbol_block
 from .test_zoo_conversion import InceptionBlock, _export, _fan_in_init
 
 RUNS = bfloat16_support()[0]
@@ -23,7 +24,7 @@ def _validate_args(n):
 
 def test_bert_converts_to_bfloat16(tmp_path, capsys):
     pytest.importorskip("gluonnlp")
-    from .test_convert_multi_input import SPECS, _bert
+    from .test_convert_multi_input import SPECS, _bert, _inputs
 
     prefix = _bert(tmp_path)
     code, out, err = run_convert([prefix, "0", "--out", str(tmp_path / "out"), "--dtype",
@@ -37,6 +38,17 @@ def test_bert_converts_to_bfloat16(tmp_path, capsys):
     # the fused attention has float32-only CPU kernels: kept float32, named in the report
     assert reasons["_contrib_interleaved_matmul_selfatt_qk"] == "no bfloat16 kernel"
     assert model.report.count("FullyConnected", "bfloat16") > 0
+    notes = " ".join(model.report.notes)
+    assert "softmax with use_length rewritten" in notes and "params alone" in notes
+    if RUNS:  # the rewritten bfloat16 graph, on oneDNN's subgraph backend, against float32
+        inputs = _inputs(4, seed=1)
+        arrays = [mx.nd.array(inputs[k], dtype=inputs[k].dtype) for k in sorted(inputs)]
+        types = {"data0": "int32", "data1": "int32"}
+        wants = symbol_block(*fp32, mx.cpu(), types)(*arrays)
+        gots = symbol_block(*model, mx.cpu(), types)(*arrays)
+        for want, got in zip(wants, gots):  # the sequence encoding, the pooled output
+            want, got = want.asnumpy(), got.astype("float32").asnumpy()
+            assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()  # 8 significant bits
 
 
 @pytest.mark.slow

@@ -1,0 +1,211 @@
+"""float32 rewrites of an inference graph before a bfloat16 conversion, for oneDNN's sake.
+
+Two rewrites, each equal to the graph it replaces within float32 rounding:
+
+* :func:`fold_constants`: a value computed from params alone (gluonnlp's attention concatenates
+  its query, key and value weights, and stacks their biases, on every call) is computed once,
+  in float32, and stored as a param, which the conversion may then store in bfloat16. Nothing
+  that reads a data input, and no op without inputs (random draws), is folded; nor a value
+  larger than the params it is made of (a broadcast would grow the file).
+* :func:`mask_softmax`: a ``softmax`` with ``use_length=True`` (gluonnlp's masked attention)
+  runs in MXNet's generic kernel, one row at a time in float64. It becomes a ``SequenceMask``
+  that sets the positions past each row's length to -1e30, then a plain ``softmax``, which
+  oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked positions get 0 as before and
+  the others the same values. A row of length 0 differs: MXNet's kernel gives zeros, the
+  rewrite an even spread.
+"""
+import numpy as np
+
+import mxnet as mx
+
+from .._core.graph import as_graph, attr_ints
+
+__all__ = ["fold_constants", "mask_softmax"]
+
+_MASKED = -1e30  # past a row's length: exp(_MASKED - max) is 0 in float32
+
+
+def _constant_nodes(graph, params):
+    """Indices of the op nodes whose value depends on params only."""
+    constant = set()
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable:
+            if node.name in params:
+                constant.add(i)
+        elif node.inputs and all(src in constant for src, _, _ in node.inputs):
+            constant.add(i)
+    return constant
+
+
+def _frontier(graph, constant):
+    """The op entries of ``constant`` nodes that a non-constant node or a head reads."""
+    heads = {(src, out) for src, out, _ in graph.heads}
+    found = set()
+    for j, node in enumerate(graph.nodes):
+        if j in constant:
+            continue
+        for src, out, _ in node.inputs:
+            if src in constant and not graph.nodes[src].is_variable:
+                found.add((src, out))
+    found |= {(src, out) for src, out in heads
+              if src in constant and not graph.nodes[src].is_variable}
+    return sorted(found)
+
+
+def _cone_size(graph, entry, params):
+    """Elements of the params that ``entry``'s value is computed from."""
+    seen, stack, names = set(), [entry[0]], set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        node = graph.nodes[i]
+        if node.is_variable:
+            names.add(node.name)
+        stack.extend(src for src, _, _ in node.inputs)
+    return sum(int(np.prod(params[n].shape)) for n in names)
+
+
+def _new_name(base, taken):
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = "%s%d" % (base, k)
+    return name
+
+
+def fold_constants(graph, arg_params, aux_params):
+    """Compute every value made of params alone once; store it as a param.
+
+    Parameters
+    ----------
+    graph : Graph or mxnet.symbol.Symbol
+        A float32 inference graph.
+    arg_params, aux_params : dict of str to NDArray
+        Its float32 params (not changed).
+
+    Returns
+    -------
+    graph : Graph
+        The graph reading the folded values (the same object when nothing was folded).
+    arg_params, aux_params : dict of str to NDArray
+        New dicts: each folded value is an arg param named after the node that computed it
+        (``<node>_folded``); params no longer read are gone.
+    folded : list of str
+        The names of the nodes whose outputs were folded, in graph order.
+    """
+    graph = as_graph(graph)
+    params = dict(aux_params, **arg_params)
+    constant = _constant_nodes(graph, params)
+    entries = [e for e in _frontier(graph, constant)
+               if np.prod(_shape_of(graph, e, params)) <= _cone_size(graph, e, params)]
+    if not entries:
+        return graph, dict(arg_params), dict(aux_params), []
+    values = _evaluate(graph, entries, params)
+    taken = {node.name for node in graph.nodes} | set(params)
+    args, names = dict(arg_params), {}
+    for (src, out), value in zip(entries, values):
+        name = _new_name("%s_folded%s" % (graph.nodes[src].name, "" if out == 0 else out), taken)
+        taken.add(name)
+        args[name] = value
+        names[(src, out)] = name
+    rebuild, variables = graph.rebuild(), {}
+
+    def read_folded(entry):
+        if entry in names and entry not in variables:
+            variables[entry] = rebuild.add({"op": "null", "name": names[entry], "inputs": []})
+            rebuild.redirect(entry, (variables[entry], 0))
+
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable or i not in constant:
+            for src, out, _ in node.inputs:
+                read_folded((src, out))
+        rebuild.place(i, rebuild.add(rebuild.mapped(node)))
+    for src, out, _ in graph.heads:
+        read_folded((src, out))
+    new = _prune(rebuild.graph())
+    used = {node.name for node in new.nodes if node.is_variable}
+    return (new, {k: v for k, v in args.items() if k in used},
+            {k: v for k, v in aux_params.items() if k in used},
+            [graph.nodes[src].name for src, _ in entries])
+
+
+def _prune(graph):
+    """The graph without the nodes that no head depends on (the folded computations)."""
+    needed, stack = set(), [src for src, _, _ in graph.heads]
+    while stack:
+        i = stack.pop()
+        if i not in needed:
+            needed.add(i)
+            stack.extend(src for src, _, _ in graph.nodes[i].inputs)
+    rebuild = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        if i in needed:
+            rebuild.place(i, rebuild.add(rebuild.mapped(node)))
+    return rebuild.graph()
+
+
+def _shape_of(graph, entry, params):
+    sub = graph.with_heads([entry]).to_symbol()
+    shapes = {n: params[n].shape for n in sub.list_inputs() if n in params}
+    _, outs, _ = sub.infer_shape_partial(**shapes)
+    return outs[0] if outs and outs[0] else (np.inf,)
+
+
+def _evaluate(graph, entries, params):
+    """The float32 values of ``entries``, computed on the CPU from ``params``."""
+    sub = graph.with_heads(entries).to_symbol()
+    args = {n: params[n].as_in_context(mx.cpu()) for n in sub.list_arguments()}
+    auxs = {n: params[n].as_in_context(mx.cpu()) for n in sub.list_auxiliary_states()}
+    executor = sub.bind(mx.cpu(), args, aux_states=auxs, grad_req="null")
+    return [out.copy() for out in executor.forward(is_train=False)]
+
+
+def mask_softmax(graph):
+    """Each last-axis ``softmax`` with ``use_length=True``, as a mask and a plain softmax.
+
+    Parameters
+    ----------
+    graph : Graph or mxnet.symbol.Symbol
+
+    Returns
+    -------
+    graph : Graph
+        The rewritten graph (the same object when no softmax was rewritten).
+    rewritten : list of str
+        The names of the softmax nodes rewritten.
+    """
+    graph = as_graph(graph)
+    found = [i for i, node in enumerate(graph.nodes) if _masked_softmax(node)]
+    if not found:
+        return graph, []
+    rebuild = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        if i not in found:
+            rebuild.place(i, rebuild.add(rebuild.mapped(node)))
+            continue
+        name = node.name
+        data, length = (rebuild.entry(e) for e in node.inputs)
+        rows = rebuild.add({"op": "Reshape", "name": name + "_rows",
+                            "attrs": {"shape": "(-1, 0)", "reverse": "True"}, "inputs": [data]})
+        lengths = rebuild.add({"op": "Reshape", "name": name + "_lengths",
+                               "attrs": {"shape": "(-1,)"}, "inputs": [length]})
+        masked = rebuild.add({"op": "SequenceMask", "name": name + "_mask",
+                              "attrs": {"use_sequence_length": "True", "axis": "1",
+                                        "value": repr(_MASKED)},
+                              "inputs": [[rows, 0, 0], [lengths, 0, 0]]})
+        back = rebuild.add({"op": "reshape_like", "name": name + "_masked",
+                            "inputs": [[masked, 0, 0], data]})
+        attrs = {k: v for k, v in node.attrs.items() if k != "use_length"}
+        rebuild.place(i, rebuild.add({"op": "softmax", "name": name, "attrs": attrs,
+                                      "inputs": [[back, 0, 0]]}))
+    return rebuild.graph(), [graph.nodes[i].name for i in found]
+
+
+def _masked_softmax(node):
+    if node.op != "softmax" or len(node.inputs) != 2:
+        return False
+    if str(node.attrs.get("use_length", "False")).lower() not in ("true", "1"):
+        return False
+    return attr_ints(node.attrs.get("axis", "-1")) == (-1,)
