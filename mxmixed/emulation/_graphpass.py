@@ -26,7 +26,8 @@ from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
 from ._names import emu_name, is_input_cast, is_output_cast
-from ._ops import BIAS_TWICE, EMULATED_OPS
+from ._ops import BIAS_TWICE, EMULATED_OPS, applies
+from ._round16 import BIAS_ADD_OP, library_op
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
 
@@ -158,7 +159,7 @@ def _emulate_graph(graph, sym, type_dict, exclude, carry):
     nodes = graph.nodes
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)
-               if node.op in EMULATED_OPS and node.name not in exclude]
+               if node.op in EMULATED_OPS and node.name not in exclude and emulates(node)]
     if not targets:
         return sym
     consumed = set(graph.consumed_entries())
@@ -201,6 +202,14 @@ def _emulate_graph(graph, sym, type_dict, exclude, carry):
     return (carry_float32(rebuilt, _float32_entries) if carry else rebuilt).to_symbol()
 
 
+def emulates(node):
+    """Whether a node of an emulated op type is emulated: its attributes match the op's entry,
+    and the rounding library is there when the entry computes with one of its ops."""
+    spec = EMULATED_OPS[node.op]
+    return applies(spec, node.attrs) and (spec.float32_op is None
+                                          or library_op(spec.float32_op) is not None)
+
+
 def _float32_entries(graph, entries):
     """The entries of a rebuilt graph (variable dtypes pinned) that are float32."""
     entries = sorted(entries)
@@ -230,6 +239,10 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
              cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
     shape = bias_shape(node.op, attrs)
+    if shape is None and library_op(BIAS_ADD_OP):  # broadcast_add's bits, its reduce vectorized
+        nodes.append({"op": BIAS_ADD_OP, "name": emu_name(name, "biasadd"), "attrs": {},
+                      "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
+        return nodes
     if shape is not None:
         nodes.append({"op": "Reshape", "name": emu_name(name, "bias"),
                       "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})
@@ -243,6 +256,8 @@ def _op_nodes(node, rewritten, first_id):
     """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
     if rewritten and node.op == "Deconvolution" and conv_form_applies(node.attrs):
         return deconvolution_nodes(node, first_id)
+    if rewritten and EMULATED_OPS[node.op].float32_op is not None:
+        return [dict(node, op=EMULATED_OPS[node.op].float32_op, attrs={})]
     return [node]
 
 
@@ -329,6 +344,7 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     set of str
     """
     nodes = as_graph(sym).nodes
-    return {node.op for node in nodes if node.op != "null"
+    computed_by = {spec.float32_op: op for op, spec in EMULATED_OPS.items() if spec.float32_op}
+    return {computed_by.get(node.op, node.op) for node in nodes if node.op != "null"
             and any(is_input_cast(nodes[src].name, node.name)
                     for src, _, _ in node.inputs)}

@@ -4,6 +4,7 @@ Each emulated ``mx.nd`` function is replaced by a wrapper that, for float16 CPU 
 the emulation is on, casts them to float32, calls the real function and casts the float16
 outputs back (see :mod:`mxmixed.emulation._ops` for what each op computes on a GPU).
 """
+import ctypes
 import functools
 import inspect
 import os
@@ -19,7 +20,8 @@ from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
-from ._ops import EMULATED_OPS
+from ._ops import EMULATED_OPS, applies
+from ._round16 import library_op
 
 __all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
@@ -104,6 +106,19 @@ def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
     return deconvolution_as_convolution(mx.nd, data, weight, attrs)
 
 
+def _library_compute(name):
+    """A function that runs the rounding library's op ``name`` on NDArrays (the library has no
+    Python functions: see ``_round16.load``); autograd records it like any op."""
+    handle = mx.base.OpHandle()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
+
+    def compute(*args, **kwargs):
+        arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, NDArray)]
+        return mx.ndarray._internal._imperative_invoke(handle.value, arrays, [], [], None, False,
+                                                      False)
+    return compute
+
+
 def _make_nd_wrapper(op_name, original, spec):
     names = [p.name for p in inspect.signature(original).parameters.values()
              if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
@@ -111,7 +126,7 @@ def _make_nd_wrapper(op_name, original, spec):
     bias_name = names[spec.bias_input] if spec.bias_input is not None else None
 
     def emulated_op(*args, **kwargs):
-        if not EMULATION.active:
+        if not EMULATION.active or not applies(spec, kwargs):
             return original(*args, **kwargs)
         if op_name == "dot" and is_float16_csr(*args[:2], **{k: v for k, v in kwargs.items()
                                                              if k.startswith("transpose")}):
@@ -146,6 +161,10 @@ def _make_nd_wrapper(op_name, original, spec):
             else:
                 bias = new_kwargs.pop(bias_name, None)
         compute = original
+        if spec.float32_op is not None:
+            if library_op(spec.float32_op) is None:
+                return original(*args, **kwargs)
+            compute = _library_compute(spec.float32_op)
         if op_name == "Deconvolution" and conv_form_applies(kwargs):
             compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):
