@@ -40,7 +40,7 @@ _ROW = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+
 CASTS = {"amp_cast", "amp_multicast", "Cast"}
 ROUND = {"_mxmixed_round16"}
 CHECK = {"multi_all_finite", "all_finite", "multi_sum_sq", "_mxmixed_nonfinite"}
-LIBRARY_COMPUTES = {"_mxmixed_gelu16", "_mxmixed_bias_add"}
+LIBRARY_COMPUTES = {"_mxmixed_act16", "_mxmixed_bias_add"}
 
 
 def category(op, emulated):

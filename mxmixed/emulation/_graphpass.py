@@ -26,7 +26,7 @@ from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
 from ._names import emu_name, is_input_cast, is_output_cast
-from ._ops import BIAS_TWICE, EMULATED_OPS, applies
+from ._ops import BIAS_TWICE, EMULATED_OPS, LIBRARY_OP, applies, library_compute
 from ._round16 import BIAS_ADD_OP, library_op
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
@@ -206,8 +206,8 @@ def emulates(node):
     """Whether a node of an emulated op type is emulated: its attributes match the op's entry,
     and the rounding library is there when the entry computes with one of its ops."""
     spec = EMULATED_OPS[node.op]
-    return applies(spec, node.attrs) and (spec.float32_op is None
-                                          or library_op(spec.float32_op) is not None)
+    return applies(spec, node.attrs) and (not library_compute(spec, node.attrs)
+                                          or library_op(LIBRARY_OP) is not None)
 
 
 def _float32_entries(graph, entries):
@@ -256,8 +256,8 @@ def _op_nodes(node, rewritten, first_id):
     """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
     if rewritten and node.op == "Deconvolution" and conv_form_applies(node.attrs):
         return deconvolution_nodes(node, first_id)
-    if rewritten and EMULATED_OPS[node.op].float32_op is not None:
-        return [dict(node, op=EMULATED_OPS[node.op].float32_op, attrs={})]
+    if rewritten and library_compute(EMULATED_OPS[node.op], node.attrs):
+        return [dict(node, op=LIBRARY_OP, attrs={"act_type": node.attrs["act_type"]})]
     return [node]
 
 
@@ -344,7 +344,8 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     set of str
     """
     nodes = as_graph(sym).nodes
-    computed_by = {spec.float32_op: op for op, spec in EMULATED_OPS.items() if spec.float32_op}
-    return {computed_by.get(node.op, node.op) for node in nodes if node.op != "null"
+    computed_by = {"gelu": "LeakyReLU"}  # the library's other act_types are Activation's
+    return {computed_by.get(node.attrs.get("act_type"), "Activation") if node.op == LIBRARY_OP
+            else node.op for node in nodes if node.op != "null"
             and any(is_input_cast(nodes[src].name, node.name)
                     for src, _, _ in node.inputs)}

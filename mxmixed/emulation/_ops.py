@@ -23,10 +23,11 @@ numerics; they keep their native (slow but faithful) CPU float16 kernels.
 from collections import namedtuple
 
 __all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS", "NLP_OPS",
-           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "applies"]
+           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "LIBRARY_OP", "applies",
+           "library_compute"]
 
 OpSpec = namedtuple("OpSpec", ["reason", "keep_inputs", "float16_outputs", "same_dtype",
-                               "gpu", "bias_input", "when", "float32_op"])
+                               "gpu", "bias_input", "when", "library"])
 OpSpec.__new__.__defaults__ = (None, None, None, None)
 OpSpec.__doc__ = """How one op is emulated.
 
@@ -54,11 +55,16 @@ bias_input : int or None
 when : dict of str to str, or None
     Attribute values the op must have to be emulated (``{'act_type': 'gelu'}``); a call or
     node with other values keeps its native kernel. None: always.
-float32_op : str or None
-    The rounding library's op that computes it on the widened float16 values, where MXNet's
-    float32 kernel would give other bits (its oneDNN gelu); None: MXNet's float32 kernel.
-    Without the library the op keeps its native float16 kernel.
+library : tuple of str, or None
+    The ``act_type`` values that the rounding library's ``_mxmixed_act16`` computes on the
+    widened float16 values (:data:`LIBRARY_OP`), where the GPU runs MXNet's ``half_t``
+    template and MXNet's float32 kernel would give other bits (oneDNN's gelu, soft_relu);
+    others run MXNet's float32 kernel. Without the library those keep their native float16
+    kernel, which is the GPU's template.
 """
+
+#: The rounding library's op that computes the activations of :attr:`OpSpec.library`.
+LIBRARY_OP = "_mxmixed_act16"
 
 
 def applies(spec, attrs):
@@ -74,6 +80,22 @@ def applies(spec, attrs):
     bool
     """
     return not spec.when or all(str(attrs.get(k)) == v for k, v in spec.when.items())
+
+
+def library_compute(spec, attrs):
+    """Whether the rounding library computes an emulated op with ``attrs`` (see
+    :attr:`OpSpec.library`).
+
+    Parameters
+    ----------
+    spec : OpSpec
+    attrs : dict
+
+    Returns
+    -------
+    bool
+    """
+    return bool(spec.library) and str(attrs.get("act_type")) in spec.library
 
 ONE_ROUNDING = "float32 arithmetic inside the op, one rounding of each float16 output"
 BIAS_TWICE = ("no-bias result (float32 accumulation) rounded to float16, then the bias added "
@@ -150,9 +172,17 @@ SLOW_OPS = {
     # max pooling is exact in any precision.
     "Pooling": OpSpec("float16 CPU kernel 5.9-22.1x slower than float32", (), None, True,
                       ONE_ROUNDING),
-    # relu 15.5x. Elementwise, one rounding of a float32 result either way.
+    # relu 15.5x. GPU (nn/activation.cu): relu, sigmoid and tanh run cuDNN's activation
+    # (float32 math inside, one rounding: MXNet's float32 kernel and a rounding, 100% of the
+    # H100 comparison's bits); softrelu and softsign run the mshadow_op templates on half_t,
+    # as the CPU's float16 kernel does: float math rounded once, and a backward factor rounded
+    # to float16 before it multiplies the float16 gradient. oneDNN's float32 soft_relu and the
+    # unrounded factors differ from that (softrelu: 3% of float16 inputs forward, 19%
+    # backward), so the rounding library computes those two (tests/emulation/test_ops16.py).
     "Activation": OpSpec("float16 CPU kernel 15.5x slower (relu)", (), None, True,
-                         ONE_ROUNDING),
+                         ONE_ROUNDING + "; softrelu and softsign: the half_t template's float "
+                         "math, the backward factor rounded to float16 first",
+                         library=("softrelu", "softsign")),
     # 4.5x. float32 holds the sum of two float16 values well enough that rounding it to
     # float16 equals the correctly rounded float16 sum (24 >= 2*11 + 2 bits).
     "elemwise_add": OpSpec("float16 CPU kernel 4.5x slower than float32", (), None, True,
@@ -255,7 +285,7 @@ NLP_OPS = {
     "LeakyReLU": OpSpec("float16 CPU kernel 26x slower than float32 (gelu)", (), None, True,
                         "float32 gelu math, one rounding; backward: the float16-rounded "
                         "factor times the float16 gradient, one rounding",
-                        when={"act_type": "gelu"}, float32_op="_mxmixed_gelu16"),
+                        when={"act_type": "gelu"}, library=("gelu",)),
 }
 
 EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS, **NLP_OPS)

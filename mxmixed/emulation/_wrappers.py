@@ -20,7 +20,7 @@ from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
-from ._ops import EMULATED_OPS, applies
+from ._ops import EMULATED_OPS, LIBRARY_OP, applies, library_compute
 from ._round16 import library_op
 
 __all__ = ["install_nd_wrappers", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
@@ -112,10 +112,10 @@ def _library_compute(name):
     handle = mx.base.OpHandle()
     mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
 
-    def compute(*args, **kwargs):
+    def compute(*args, act_type=None, **kwargs):
         arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, NDArray)]
-        return mx.ndarray._internal._imperative_invoke(handle.value, arrays, [], [], None, False,
-                                                      False)
+        return mx.ndarray._internal._imperative_invoke(handle.value, arrays, ["act_type"],
+                                                      [str(act_type)], None, False, False)
     return compute
 
 
@@ -161,10 +161,10 @@ def _make_nd_wrapper(op_name, original, spec):
             else:
                 bias = new_kwargs.pop(bias_name, None)
         compute = original
-        if spec.float32_op is not None:
-            if library_op(spec.float32_op) is None:
+        if library_compute(spec, kwargs):
+            if library_op(LIBRARY_OP) is None:
                 return original(*args, **kwargs)
-            compute = _library_compute(spec.float32_op)
+            compute = _library_compute(LIBRARY_OP)
         if op_name == "Deconvolution" and conv_form_applies(kwargs):
             compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):

@@ -1,7 +1,8 @@
 """The rounding library's float32 computes of float16 ops give MXNet's own bits.
 
-gelu (``_mxmixed_gelu16``) is checked on every float16 input, forward and backward, against
-MXNet's native float16 kernel; the bias add (``_mxmixed_bias_add``) against the
+The activations the GPU computes with MXNet's ``half_t`` templates (gelu, softrelu, softsign:
+``_mxmixed_act16``) are checked on every float16 input, forward and backward, against MXNet's
+native float16 kernel, the same template; the bias add (``_mxmixed_bias_add``) against the
 ``broadcast_add`` it replaces in a biased FullyConnected, gradients included.
 """
 import numpy as np
@@ -12,6 +13,7 @@ from mxnet import autograd
 
 from mxmixed import emulation
 from mxmixed.emulation import _graphpass, emulate_symbol, rewritten_op_types
+from mxmixed.emulation._ops import LIBRARY_OP
 from mxmixed.emulation._round16 import BIAS_ADD_OP, round16_op
 
 F16 = np.float16
@@ -26,10 +28,13 @@ def _heads():
             "large": (rng.randn(1 << 16) * 3000).astype(F16)}
 
 
-def _gelu_bits(x, head, hybridized):
-    """Output and data-gradient bits of a float16 gelu, imperative or bound."""
+ACTIVATIONS = {"gelu": "LeakyReLU", "softrelu": "Activation", "softsign": "Activation"}
+
+
+def _activation_bits(act, x, head, hybridized):
+    """Output and data-gradient bits of a float16 activation, imperative or bound."""
     if hybridized:
-        sym = mx.sym.LeakyReLU(mx.sym.var("data"), act_type="gelu")
+        sym = getattr(mx.sym, ACTIVATIONS[act])(mx.sym.var("data"), act_type=act)
         exe = sym.simple_bind(mx.cpu(), type_dict={"data": F16}, data=x.shape)
         exe.forward(is_train=True, data=mx.nd.array(x, dtype=F16))
         exe.backward(mx.nd.array(head, dtype=F16))
@@ -38,7 +43,7 @@ def _gelu_bits(x, head, hybridized):
         data = mx.nd.array(x, dtype=F16)
         data.attach_grad()
         with autograd.record():
-            out = mx.nd.LeakyReLU(data, act_type="gelu")
+            out = getattr(mx.nd, ACTIVATIONS[act])(data, act_type=act)
         out.backward(mx.nd.array(head, dtype=F16))
         grad = data.grad
     assert out.dtype == grad.dtype == F16
@@ -46,28 +51,32 @@ def _gelu_bits(x, head, hybridized):
 
 
 @pytest.mark.parametrize("hybridized", [False, True])
-def test_gelu_matches_the_native_float16_kernel_on_every_float16_input(hybridized):
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_activation_matches_the_native_float16_kernel_on_every_float16_input(act, hybridized):
     for name, head in _heads().items():
-        native = _gelu_bits(EVERY_FLOAT16, head, hybridized)
+        native = _activation_bits(act, EVERY_FLOAT16, head, hybridized)
         with emulation.emulated():
-            emulated = _gelu_bits(EVERY_FLOAT16, head, hybridized)
+            emulated = _activation_bits(act, EVERY_FLOAT16, head, hybridized)
         for what, a, b in zip(("output", "gradient"), native, emulated):
             differ = np.flatnonzero(a != b)
             assert differ.size == 0, (name, what, EVERY_FLOAT16[differ[:5]])
 
 
-def test_gelu_runs_in_the_library_and_other_leaky_relus_stay_native():
+def test_library_computes_gelu_softrelu_softsign_and_other_leaky_relus_stay_native():
     data = mx.sym.var("data")
-    gelu = mx.sym.LeakyReLU(data, act_type="gelu")
-    assert "_mxmixed_gelu16" in emulate_symbol(gelu, {"data": F16}).tojson()
-    assert rewritten_op_types(emulate_symbol(gelu, {"data": F16})) == {"LeakyReLU"}
+    for act, op in ACTIVATIONS.items():
+        sym = getattr(mx.sym, op)(data, act_type=act)
+        assert LIBRARY_OP in emulate_symbol(sym, {"data": F16}).tojson(), act
+        assert rewritten_op_types(emulate_symbol(sym, {"data": F16})) == {op}, act
+    relu = mx.sym.Activation(data, act_type="relu")  # cuDNN on the GPU: MXNet's float32 kernel
+    assert LIBRARY_OP not in emulate_symbol(relu, {"data": F16}).tojson()
     leaky = mx.sym.LeakyReLU(data, act_type="leaky", slope=0.1)
     assert emulate_symbol(leaky, {"data": F16}) is leaky
     x = mx.nd.array(EVERY_FLOAT16[:64], dtype=F16)
     x.attach_grad()
     with emulation.emulated(), autograd.record():
         out = mx.nd.LeakyReLU(x, act_type="gelu")
-    assert "_mxmixed_gelu16" in autograd.get_symbol(out).tojson()
+    assert LIBRARY_OP in autograd.get_symbol(out).tojson()
 
 
 def _dense_bits(head):

@@ -3,13 +3,16 @@
 // which; tests/emulation/test_ops16.py checks every float16 input). Part of the rounding
 // library built by mxmixed/emulation/_round16.py.
 //
-// _mxmixed_gelu16: LeakyReLU(act_type='gelu') for float16 data carried as float32.
-//   Forward: mshadow_op::gelu's float expression, 0.5f * a * (1 + erff(a / SQRT_2)), rounded
+// _mxmixed_act16 (act_type gelu, softrelu or softsign): float16 data carried as float32.
+//   gelu, LeakyReLU(act_type='gelu'): forward: mshadow_op::gelu's float expression, 0.5f * a * (1 + erff(a / SQRT_2)), rounded
 //   once to float16 as the half_t kernel rounds it. Backward: backward_grad of
 //   mshadow_op::gelu_grad on half_t: the gradient factor is rounded to float16 (the op returns
 //   DType), then multiplied by the float16 output gradient in half_t arithmetic (float product,
 //   exact for two float16 values, rounded once by the emulation's input cast). erff and expf are
-//   glibc's, as libmxnet.so's (it imports both). Both are tables of the 65536 float16 inputs.
+//   glibc's, as libmxnet.so's (it imports both). softrelu and softsign, Activation's two
+//   act_types that MXNet's GPU runs as mshadow templates (not cuDNN): forward the float math,
+//   rounded once; backward the float16-rounded factor (softrelu's of the output, softsign's of
+//   the input) times the float16 gradient. Each is a table of the 65536 float16 values.
 //
 // _mxmixed_bias_add: x (..., C) + b (C) in float32, the emulation's bias add after a GEMM.
 //   Forward: broadcast_add's one float add. Backward: the bits of MXNet's CPU
@@ -47,12 +50,6 @@ inline float gelu_grad(float a) {
   return 0.5f * (1.0f + erff(a / kSqrt2) + a * erf_grad(a / kSqrt2) / kSqrt2);
 }
 
-MXReturnValue parseOne(const Attrs& attrs, int* num_in, int* num_out) {
-  *num_in = 1;
-  *num_out = 1;
-  return MX_SUCCESS;
-}
-
 MXReturnValue parseTwo(const Attrs& attrs, int* num_in, int* num_out) {
   *num_in = 2;
   *num_out = 1;
@@ -79,25 +76,60 @@ MXReturnValue sameShape(const Attrs& attrs, std::vector<std::vector<unsigned int
   return MX_SUCCESS;
 }
 
-// The float16 results of both, one per float16 input (65536 each): the inputs are float16
-// values, so gelu is a table lookup, built once from the expressions above.
-struct GeluTables {
+// mshadow_op::softrelu on half_t: the input itself above 20, else log1p(exp(a)) in float math.
+inline float softrelu(float a) { return a > 20.0f ? a : log1pf(expf(a)); }
+// mshadow_op::softrelu_grad, of the float16 output: -expm1(-a).
+inline float softrelu_grad(float out) { return -expm1f(-out); }
+// mshadow_op::softsign and its gradient, of the input, in float math.
+inline float softsign(float a) { return a / (1.0f + fabsf(a)); }
+inline float softsign_grad(float a) {
+  const float d = 1.0f + fabsf(a);
+  return 1.0f / (d * d);
+}
+
+inline float from_bits(uint32_t bits) {
+  const uint16_t half = static_cast<uint16_t>(bits);
+  _Float16 h;
+  std::memcpy(&h, &half, sizeof(h));
+  return static_cast<float>(h);
+}
+
+// One activation's float16 results, one per float16 value (65536 each): its inputs are float16
+// values, so forward and backward are table lookups, built once from the expressions above.
+// factor[v] is the float16-rounded gradient factor of the value v the backward reads (the input
+// for gelu and softsign, the output for softrelu).
+struct Tables {
   std::vector<float> value, factor;
-  GeluTables() : value(65536), factor(65536) {
+  bool of_output = false;
+  Tables(float (*fn)(float), float (*grad)(float), bool grad_of_output)
+      : value(65536), factor(65536), of_output(grad_of_output) {
     for (uint32_t bits = 0; bits < 65536; ++bits) {
-      const uint16_t half = static_cast<uint16_t>(bits);
-      _Float16 h;
-      std::memcpy(&h, &half, sizeof(h));
-      const float a = static_cast<float>(h);
-      value[bits] = round16_one(gelu(a));
-      factor[bits] = round16_one(gelu_grad(a));
+      value[bits] = round16_one(fn(from_bits(bits)));
+      factor[bits] = round16_one(grad(from_bits(bits)));
     }
   }
 };
 
-const GeluTables& geluTables() {
-  static const GeluTables tables;
-  return tables;
+// The tables of an act_type; nullptr for one the library does not compute.
+const Tables* tablesOf(const std::string& act) {
+  if (act == "gelu") {
+    static const Tables tables(gelu, gelu_grad, false);
+    return &tables;
+  }
+  if (act == "softrelu") {
+    static const Tables tables(softrelu, softrelu_grad, true);
+    return &tables;
+  }
+  if (act == "softsign") {
+    static const Tables tables(softsign, softsign_grad, false);
+    return &tables;
+  }
+  return nullptr;
+}
+
+const Tables* tablesFor(const Attrs& attrs) {
+  auto found = attrs.find("act_type");
+  return found == attrs.end() ? nullptr : tablesOf(found->second);
 }
 
 inline uint32_t half_bits(float x) {
@@ -129,22 +161,34 @@ void lookup16Parallel(const float* table, const float* x, float* out, int64_t n)
   }
 }
 
-// Forward: the float16-rounded gelu (the emulation's output cast keeps it).
-MXReturnValue geluForward(const Attrs& attrs, std::vector<MXTensor>* inputs,
-                          std::vector<MXTensor>* outputs, const OpResource& res) {
-  lookup16Parallel(geluTables().value.data(), inputs->at(0).data<float>(),
+MXReturnValue parseAct(const Attrs& attrs, int* num_in, int* num_out) {
+  if (tablesFor(attrs) == nullptr) {
+    MX_ERROR_MSG << "_mxmixed_act16 needs act_type gelu, softrelu or softsign";
+    return MX_FAIL;
+  }
+  *num_in = 1;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+// Forward: the float16-rounded activation (the emulation's output cast keeps it).
+MXReturnValue actForward(const Attrs& attrs, std::vector<MXTensor>* inputs,
+                         std::vector<MXTensor>* outputs, const OpResource& res) {
+  lookup16Parallel(tablesFor(attrs)->value.data(), inputs->at(0).data<float>(),
                    outputs->at(0).data<float>(), inputs->at(0).size());
   return MX_SUCCESS;
 }
 
 // inputs: the output gradient, the forward's input, its output. The product of two float16
 // values is exact in float32; the emulation's input cast rounds it once.
-MXReturnValue geluBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
-                           std::vector<MXTensor>* outputs, const OpResource& res) {
+MXReturnValue actBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
+                          std::vector<MXTensor>* outputs, const OpResource& res) {
+  const Tables* tables = tablesFor(attrs);
   const float* g = inputs->at(0).data<float>();
   float* dx = outputs->at(0).data<float>();
   const int64_t n = inputs->at(0).size();
-  lookup16Parallel(geluTables().factor.data(), inputs->at(1).data<float>(), dx, n);
+  lookup16Parallel(tables->factor.data(), inputs->at(tables->of_output ? 2 : 1).data<float>(),
+                   dx, n);
 #pragma omp parallel for schedule(static) if (n > kParallel)
   for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * dx[i];
   return MX_SUCCESS;
@@ -216,10 +260,10 @@ MXReturnValue biasBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
 
 }  // namespace
 
-REGISTER_OP(_mxmixed_gelu16)
-.setForward(geluForward, "cpu")
-.setBackward(geluBackward, "cpu")
-.setParseAttrs(parseOne)
+REGISTER_OP(_mxmixed_act16)
+.setForward(actForward, "cpu")
+.setBackward(actBackward, "cpu")
+.setParseAttrs(parseAct)
 .setInferType(allFloat32)
 .setInferShape(sameShape);
 
