@@ -61,7 +61,8 @@ SUITES = [
      "SSD (mxmixed run workload): emulated AMP step / float32 step, and where the time goes"),
     ("bert_step", "bert_step.py", ["--rounds", "7", "--steps", "5"],
      ["--rounds", "2", "--steps", "2"],
-     "gluonnlp BERT classifier: emulated AMP step / float32 step (needs gluonnlp)"),
+     "gluonnlp BERT classifier, 2x128 and 4x512: emulated AMP step / float32 step (needs "
+     "gluonnlp)"),
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training (ResNet, BERT), "
      "digits accuracy"),

@@ -27,7 +27,8 @@ from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
 from ._gpu_semantics import follow_gpu_in_graph
 from ._names import emu_name, is_input_cast, is_output_cast
-from ._ops import BIAS_TWICE, EMULATED_OPS
+from ._ops import BIAS_TWICE, EMULATED_OPS, LIBRARY_OP, applies, library_compute
+from ._round16 import BIAS_ADD_OP, library_op
 
 __all__ = ["emulate_symbol", "count_emulated", "rewritten_op_types", "bias_of"]
 
@@ -163,7 +164,7 @@ def _emulate_graph(graph, sym, type_dict, exclude, carry):
     nodes = graph.nodes
     exclude = set(exclude)
     targets = [i for i, node in enumerate(nodes)
-               if node.op in EMULATED_OPS and node.name not in exclude]
+               if node.op in EMULATED_OPS and node.name not in exclude and emulates(node)]
     if not targets:
         return sym
     consumed = set(graph.consumed_entries())
@@ -206,6 +207,14 @@ def _emulate_graph(graph, sym, type_dict, exclude, carry):
     return (carry_float32(rebuilt, _float32_entries) if carry else rebuilt).to_symbol()
 
 
+def emulates(node):
+    """Whether a node of an emulated op type is emulated: its attributes match the op's entry,
+    and the rounding library is there when the entry computes with one of its ops."""
+    spec = EMULATED_OPS[node.op]
+    return applies(spec, node.attrs) and (not library_compute(spec, node.attrs)
+                                          or library_op(LIBRARY_OP) is not None)
+
+
 def _float32_entries(graph, entries):
     """The entries of a rebuilt graph (variable dtypes pinned) that are float32."""
     entries = sorted(entries)
@@ -235,6 +244,10 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
              cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
     shape = bias_shape(node.op, attrs)
+    if shape is None and library_op(BIAS_ADD_OP):  # broadcast_add's bits, its reduce vectorized
+        nodes.append({"op": BIAS_ADD_OP, "name": emu_name(name, "biasadd"), "attrs": {},
+                      "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
+        return nodes
     if shape is not None:
         nodes.append({"op": "Reshape", "name": emu_name(name, "bias"),
                       "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})
@@ -248,6 +261,8 @@ def _op_nodes(node, rewritten, first_id):
     """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
     if rewritten and node.op == "Deconvolution" and conv_form_applies(node.attrs):
         return deconvolution_nodes(node, first_id)
+    if rewritten and library_compute(EMULATED_OPS[node.op], node.attrs):
+        return [dict(node, op=LIBRARY_OP, attrs={"act_type": node.attrs["act_type"]})]
     return [node]
 
 
@@ -334,6 +349,8 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     set of str
     """
     nodes = as_graph(sym).nodes
-    return {node.op for node in nodes if node.op != "null"
+    computed_by = {"gelu": "LeakyReLU"}  # the library's other act_types are Activation's
+    return {computed_by.get(node.attrs.get("act_type"), "Activation") if node.op == LIBRARY_OP
+            else node.op for node in nodes if node.op != "null"
             and any(is_input_cast(nodes[src].name, node.name)
                     for src, _, _ in node.inputs)}

@@ -22,12 +22,13 @@ numerics; they keep their native (slow but faithful) CPU float16 kernels.
 """
 from collections import namedtuple
 
-__all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS",
-           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS"]
+__all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS", "NLP_OPS",
+           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "LIBRARY_OP", "applies",
+           "library_compute"]
 
 OpSpec = namedtuple("OpSpec", ["reason", "keep_inputs", "float16_outputs", "same_dtype",
-                               "gpu", "bias_input"])
-OpSpec.__new__.__defaults__ = (None, None)
+                               "gpu", "bias_input", "when", "library"])
+OpSpec.__new__.__defaults__ = (None, None, None, None)
 OpSpec.__doc__ = """How one op is emulated.
 
 Parameters
@@ -51,7 +52,50 @@ gpu : str
 bias_input : int or None
     For :data:`BIAS_TWICE` ops, the position of the bias input (present unless
     ``no_bias=True``).
+when : dict of str to str, or None
+    Attribute values the op must have to be emulated (``{'act_type': 'gelu'}``); a call or
+    node with other values keeps its native kernel. None: always.
+library : tuple of str, or None
+    The ``act_type`` values that the rounding library's ``_mxmixed_act16`` computes on the
+    widened float16 values (:data:`LIBRARY_OP`), where the GPU runs MXNet's ``half_t``
+    template and MXNet's float32 kernel would give other bits (oneDNN's gelu, soft_relu);
+    others run MXNet's float32 kernel. Without the library those keep their native float16
+    kernel, which is the GPU's template.
 """
+
+#: The rounding library's op that computes the activations of :attr:`OpSpec.library`.
+LIBRARY_OP = "_mxmixed_act16"
+
+
+def applies(spec, attrs):
+    """Whether an op with ``attrs`` (a node's or a call's attributes) is emulated by ``spec``.
+
+    Parameters
+    ----------
+    spec : OpSpec
+    attrs : dict
+
+    Returns
+    -------
+    bool
+    """
+    return not spec.when or all(str(attrs.get(k)) == v for k, v in spec.when.items())
+
+
+def library_compute(spec, attrs):
+    """Whether the rounding library computes an emulated op with ``attrs`` (see
+    :attr:`OpSpec.library`).
+
+    Parameters
+    ----------
+    spec : OpSpec
+    attrs : dict
+
+    Returns
+    -------
+    bool
+    """
+    return bool(spec.library) and str(attrs.get("act_type")) in spec.library
 
 ONE_ROUNDING = "float32 arithmetic inside the op, one rounding of each float16 output"
 BIAS_TWICE = ("no-bias result (float32 accumulation) rounded to float16, then the bias added "
@@ -128,9 +172,17 @@ SLOW_OPS = {
     # max pooling is exact in any precision.
     "Pooling": OpSpec("float16 CPU kernel 5.9-22.1x slower than float32", (), None, True,
                       ONE_ROUNDING),
-    # relu 15.5x. Elementwise, one rounding of a float32 result either way.
+    # relu 15.5x. GPU (nn/activation.cu): relu, sigmoid and tanh run cuDNN's activation
+    # (float32 math inside, one rounding: MXNet's float32 kernel and a rounding, 100% of the
+    # H100 comparison's bits); softrelu and softsign run the mshadow_op templates on half_t,
+    # as the CPU's float16 kernel does: float math rounded once, and a backward factor rounded
+    # to float16 before it multiplies the float16 gradient. oneDNN's float32 soft_relu and the
+    # unrounded factors differ from that (softrelu: 3% of float16 inputs forward, 19%
+    # backward), so the rounding library computes those two (tests/emulation/test_ops16.py).
     "Activation": OpSpec("float16 CPU kernel 15.5x slower (relu)", (), None, True,
-                         ONE_ROUNDING),
+                         ONE_ROUNDING + "; softrelu and softsign: the half_t template's float "
+                         "math, the backward factor rounded to float16 first",
+                         library=("softrelu", "softsign")),
     # 4.5x. float32 holds the sum of two float16 values well enough that rounding it to
     # float16 equals the correctly rounded float16 sum (24 >= 2*11 + 2 bits).
     "elemwise_add": OpSpec("float16 CPU kernel 4.5x slower than float32", (), None, True,
@@ -175,11 +227,10 @@ NOT_EMULATED = {
                  "(AddTakeGrad in DType, on the GPU too); the forward is an exact gather. Gap: "
                  "the CPU's row_sparse backward (sparse_grad=True) refuses float16, the GPU's "
                  "adds in float16; not emulated (under AMP the weight is float32)",
-    # from the model-zoo survey (benchmarks/op_survey_zoo.json)
-    "LeakyReLU": "slow: 60x (YOLOv3), but the GPU casts the slope to float16 before it "
-                 "multiplies (DType(slope)), as for _mul_scalar. gelu (BERT, 19x): "
-                 "mshadow_op::gelu is float32 erf math rounded once on CPU and GPU alike; the "
-                 "float32 route would run oneDNN's gelu, further from that formula",
+    # from the model-zoo survey (benchmarks/op_survey_zoo.json). LeakyReLU's gelu is emulated
+    # (NLP_OPS); its other act_types are slow too (60x, YOLOv3's leaky) but keep their native
+    # kernel: the GPU casts the slope to float16 before it multiplies (DType(slope)), as for
+    # _mul_scalar.
     "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
                "MXNET_SAFE_ACCUMULATION=1, with use_length (BERT) too: one template "
                "(softmax-inl.h) on CPU and GPU, both following the variable",
@@ -217,4 +268,24 @@ NOT_EMULATED = {
 # and copies are exact; they are candidates for SLOW_OPS once an end-to-end measurement shows
 # that the two casts cost less than the slow kernel on detection-sized tensors.
 
-EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS)
+# Group 4: ops of gluonnlp's BERT under AMP whose float16 CPU kernel dominates the emulated step
+# (benchmarks/emulation_profile.py --bert), computed by the rounding library in float32 with the
+# bits of MXNet's float16 kernel (tests/emulation/test_ops16.py: every float16 input, forward
+# and backward).
+NLP_OPS = {
+    # 26x slower forward+backward (1024x512). GPU and CPU run one template,
+    # LeakyReLUOp<xpu> (leaky_relu-inl.h, leaky_relu.cu registers it for gpu): forward
+    # mshadow_op::gelu on half_t, DType(0.5f * float(a) * (1.0f + erf(float(a) / SQRT_2))),
+    # float math rounded once; backward backward_grad<gelu_grad>: the factor is DType(...) of
+    # float math (rounded to float16), times the float16 output gradient in half_t arithmetic,
+    # half_t(float(a) * float(b)) (mshadow/half.h, __float2half on the GPU): one more rounding.
+    # The GPU's erff is CUDA's, the CPU's glibc's: both within 2 float32 ulps, so a float16
+    # result can differ where the float32 value lies within that of a rounding boundary. The
+    # float32 LeakyReLU would run oneDNN's gelu_erf, other bits, hence the library's op.
+    "LeakyReLU": OpSpec("float16 CPU kernel 26x slower than float32 (gelu)", (), None, True,
+                        "float32 gelu math, one rounding; backward: the float16-rounded "
+                        "factor times the float16 gradient, one rounding",
+                        when={"act_type": "gelu"}, library=("gelu",)),
+}
+
+EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS, **NLP_OPS)

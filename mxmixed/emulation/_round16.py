@@ -74,18 +74,23 @@ from .._core.devices import cpu_flags
 from .._core.env import CACHE_DIR, cache_dir, switch
 from .._core.errors import one_line
 
-__all__ = ["OP", "BF16_OP", "NONFINITE_OP", "MXNET_RELEASE", "round16_op", "round_bf16_op",
-           "nonfinite_op", "build", "load", "keep_layouts", "blocked_calls", "status"]
+__all__ = ["OP", "BF16_OP", "NONFINITE_OP", "BIAS_ADD_OP", "MXNET_RELEASE", "round16_op",
+           "round_bf16_op", "nonfinite_op", "library_op", "build", "load", "keep_layouts",
+           "blocked_calls", "status"]
 
 OP = "_mxmixed_round16"
 #: The bfloat16 rounding op of the same library.
 BF16_OP = "_mxmixed_round_bf16"
 #: The exact inf/NaN test of the same library: one flag per float32 or float16 array.
 NONFINITE_OP = "_mxmixed_nonfinite"
+#: A GEMM's bias add in float32 with the bits of ``broadcast_add`` (``_ext/ops16.cc``).
+BIAS_ADD_OP = "_mxmixed_bias_add"
 #: The MXNet release whose internals ``round16_onednn.cc`` reads (``MKLDNNMemory``).
 MXNET_RELEASE = ("1.9.1", 10901)
 _EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
 SOURCE = os.path.join(_EXT, "round16.cc")
+#: The float32 computes of float16 ops (gelu, the bias add), built into the same library.
+OPS_SOURCE = os.path.join(_EXT, "ops16.cc")
 LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
 KERNEL = os.path.join(_EXT, "round16_kernel.h")
 _LOG = logging.getLogger("mxmixed.emulation")
@@ -399,8 +404,8 @@ def build(target_dir=None, cxx=None, layouts=False):
     if not layouts:
         lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
         header = os.path.join(include, "mxnet", "lib_api.h")
-        return _compile("round16", [SOURCE, lib_api], [KERNEL, header], ["-I" + include],
-                        target_dir, cxx, exports=_loader_entry_points(header))
+        return _compile("round16", [SOURCE, OPS_SOURCE, lib_api], [KERNEL, header],
+                        ["-I" + include], target_dir, cxx, exports=_loader_entry_points(header))
     libmxnet = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",
              "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
@@ -541,6 +546,21 @@ def nonfinite_op():
     str or None
     """
     return NONFINITE_OP if _STATE["op"] is not None else None
+
+
+def library_op(name):
+    """``name``, an op of the rounding library (``_ext/ops16.cc``), when the library is built
+    and loaded (on first call, as by :func:`round16_op`), else None.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    str or None
+    """
+    return name if round16_op() is not None else None
 
 
 def _one_line(err):

@@ -25,7 +25,8 @@ from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
-from ._ops import EMULATED_OPS
+from ._ops import EMULATED_OPS, LIBRARY_OP, applies, library_compute
+from ._round16 import library_op
 
 __all__ = ["install_nd_wrappers", "numpy_aliases", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
@@ -127,6 +128,19 @@ def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
                                                     attrs))
 
 
+def _library_compute(name):
+    """A function that runs the rounding library's op ``name`` on NDArrays (the library has no
+    Python functions: see ``_round16.load``); autograd records it like any op."""
+    handle = mx.base.OpHandle()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
+
+    def compute(*args, act_type=None, **kwargs):
+        arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, NDArray)]
+        return mx.ndarray._internal._imperative_invoke(handle.value, arrays, ["act_type"],
+                                                      [str(act_type)], None, False, False)
+    return compute
+
+
 def _make_nd_wrapper(op_name, original, spec):
     names = [p.name for p in inspect.signature(original).parameters.values()
              if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
@@ -134,7 +148,7 @@ def _make_nd_wrapper(op_name, original, spec):
     bias_name = names[spec.bias_input] if spec.bias_input is not None else None
 
     def emulated_op(*args, **kwargs):
-        if not EMULATION.active:
+        if not EMULATION.active or not applies(spec, kwargs):
             return original(*args, **kwargs)
         if op_name == "dot" and is_float16_csr(*args[:2], **{k: v for k, v in kwargs.items()
                                                              if k.startswith("transpose")}):
@@ -169,6 +183,10 @@ def _make_nd_wrapper(op_name, original, spec):
             else:
                 bias = new_kwargs.pop(bias_name, None)
         compute = original
+        if library_compute(spec, kwargs):
+            if library_op(LIBRARY_OP) is None:
+                return original(*args, **kwargs)
+            compute = _library_compute(LIBRARY_OP)
         if op_name == "Deconvolution" and conv_form_applies(kwargs):
             compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):

@@ -47,6 +47,8 @@ GRAPHS = {
                                        name="pool"), {"data": (2, 3, 4, 4)}),
     "Activation": (lambda: mx.sym.Activation(V("data"), act_type="relu", name="relu"),
                    {"data": (2, 5)}),
+    "LeakyReLU": (lambda: mx.sym.LeakyReLU(V("data"), act_type="gelu", name="gelu"),
+                  {"data": (2, 5)}),
     "elemwise_add": (lambda: mx.sym.elemwise_add(V("a"), V("b"), name="add"),
                      {"a": (2, 5), "b": (2, 5)}),
     "clip": (lambda: mx.sym.clip(V("data"), 0, 6, name="clip"), {"data": (2, 5)}),

@@ -1,11 +1,12 @@
 """The float16 emulation runs the ops NLP models use, and gluonnlp's BERT and Transformer train.
 
 The interleaved attention GEMMs are emulated (their numerics against a float64 reference are in
-``test_emulation_numerics.py``). The other ops a float16 BERT or Transformer calls keep their
-native CPU float16 kernels, which compute what MXNet 1.9.1's GPU kernels compute: the checks
-below pin that down where it can be checked bit for bit on a CPU. The model tests build
-gluonnlp 0.10.0's classes with random weights (nothing is downloaded) and train them for a few
-AMP steps under the emulation, hybridized; they skip where gluonnlp is not installed.
+``test_emulation_numerics.py``), and so is gelu (bit for bit: ``test_ops16.py``). The other
+ops a float16 BERT or Transformer calls keep their native CPU float16 kernels, which compute
+what MXNet 1.9.1's GPU kernels compute: the checks below pin that down where it can be checked
+bit for bit on a CPU. The model tests build gluonnlp 0.10.0's classes with random weights
+(nothing is downloaded) and train them for a few AMP steps under the emulation, hybridized;
+they skip where gluonnlp is not installed.
 """
 import numpy as np
 import pytest
@@ -19,8 +20,7 @@ from mxmixed.emulation import EMULATED_OPS
 
 F16 = np.float16
 
-NATIVE = ["LayerNorm", "softmax", "Embedding", "LeakyReLU", "erf", "where",
-          "_contrib_div_sqrt_dim"]
+NATIVE = ["LayerNorm", "softmax", "Embedding", "erf", "where", "_contrib_div_sqrt_dim"]
 
 
 @pytest.fixture

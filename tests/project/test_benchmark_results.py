@@ -244,6 +244,7 @@ def _readme(c):
 
 def _emulation_md(c):
     table = "| emulated AMP step / float32 step, 2-core AMD EPYC with AVX-512"
+    bert = "| emulated AMP BERT step / float32 step, 2-core Intel Xeon"
     emu = lambda w: _fig(c, "emulation", w)  # noqa: E731
     ssd = lambda w: _fig(c, "ssd_step", w, "emulated AMP step / float32")  # noqa: E731
     on = ssd("SSD mobilenet0.25 (oneDNN on)")
@@ -261,9 +262,11 @@ def _emulation_md(c):
             _ratio(on), _goal(on))),
         ((table, "| SSD, `KEEP_LAYOUTS=0` |"), "| %s |" % _ratio(plain)),
         ((table, "| SSD, oneDNN off |"), "| %s |" % _ratio(ssd("SSD mobilenet0.25 (oneDNN off)"))),
-        ((table, "| gluonnlp BERT classifier"), "| %s |" % _ratio(_fig(
-            c, "bert_step", "gluonnlp BERTClassifier, 2x128, seq 64, batch 16"))),
-    ]
+    ] + [((bert, row), "| %s | %s |" % (_ratio(f), _goal(f))) for row, f in (
+        ("| gluonnlp BERT classifier, 2 layers x 128", _fig(
+            c, "bert_step", "gluonnlp BERTClassifier, 2x128, seq 64, batch 16")),
+        ("| gluonnlp BERT classifier, 4 layers x 512", _fig(
+            c, "bert_step", "gluonnlp BERTClassifier, 4x512, seq 128, batch 8")))]
 
 
 def _run_md(c):
