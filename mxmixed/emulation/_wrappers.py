@@ -131,13 +131,14 @@ def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
 def _library_compute(name):
     """A function that runs the rounding library's op ``name`` on NDArrays (the library has no
     Python functions: see ``_round16.load``); autograd records it like any op."""
-    handle = mx.base.OpHandle()
-    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
+    handle = _op_handle(name)
 
     def compute(*args, act_type=None, **kwargs):
         arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, NDArray)]
-        return mx.ndarray._internal._imperative_invoke(handle.value, arrays, ["act_type"],
-                                                      [str(act_type)], None, False, False)
+        result = mx.ndarray._internal._imperative_invoke(
+            handle, [_as_legacy(a) for a in arrays], ["act_type"], [str(act_type)], None,
+            False, False)
+        return _like(arrays[0], result)
     return compute
 
 

@@ -89,3 +89,27 @@ def test_non_hybridized_numpy_dense_in_float16_gives_numpy_output(numpy_mode):
     out = dense(x)
     assert type(out) is mx.np.ndarray and out.dtype == F16
     onp.testing.assert_array_equal(out.asnumpy(), onp.full((3, 2), 0.5, dtype=F16))  # bias: zeros
+
+
+@pytest.mark.parametrize("call", ["gelu", "softrelu"])
+def test_numpy_mode_activation_from_the_rounding_library_returns_numpy_arrays(call):
+    """gelu and softrelu run as the rounding library's table op: its result keeps the type and
+    the native float16 kernel's bits."""
+    values = onp.array([-3.0, -0.5, 0.0, 0.375, 2.0, 7.5], dtype=F16)
+
+    def run(x):
+        if call == "gelu":
+            return mx.npx.leaky_relu(x, act_type="gelu")
+        return mx.npx.activation(x, act_type="softrelu")
+
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        native = run(mx.np.array(values, dtype=F16)).asnumpy()
+        with emulation.emulated():
+            x = mx.np.array(values, dtype=F16)
+            x.attach_grad()
+            with autograd.record():
+                y = run(x)
+            y.backward()
+            assert isinstance(y, mx.np.ndarray) and isinstance(x.grad, mx.np.ndarray)
+            got = y.asnumpy()
+    assert got.dtype == F16 and (got.view(onp.uint16) == native.view(onp.uint16)).all()
