@@ -15,9 +15,10 @@ import pytest
 os.environ.setdefault("MPLBACKEND", "Agg")
 # One temporary folder per session holds everything the suite writes: pytest's tmp_path, the
 # folders the notebooks and the docs' examples make with tempfile (their kernels and
-# subprocesses inherit TMPDIR), and the emulation's rounding library, compiled on first use.
-# Under pytest-xdist the controller loads this file first and its workers inherit the folder,
-# so the library is built once per session (the build holds a lock; see _round16). The process
+# subprocesses inherit TMPDIR), and the emulation's rounding library: copied from the user's
+# cache where `make` built it (_seed_rounding_library), else compiled on first use. Under
+# pytest-xdist the controller loads this file first and its workers inherit the folder, so the
+# library is built at most once per session (the build holds a lock; see _round16). The process
 # that made the folder removes it when it exits, after its workers and their subprocesses. Its
 # name leaves out "mxmixed": tests check that tracebacks do not show the package.
 if not os.environ.get("MXMIXED_TEST_TMP"):
@@ -25,8 +26,6 @@ if not os.environ.get("MXMIXED_TEST_TMP"):
     atexit.register(shutil.rmtree, os.environ["MXMIXED_TEST_TMP"], ignore_errors=True)
     os.environ["TMPDIR"] = os.environ["MXMIXED_TEST_TMP"]
     tempfile.tempdir = None  # tempfile reads TMPDIR again
-if not os.environ.get("MXMIXED_CACHE_DIR"):
-    os.environ["MXMIXED_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxmixed-cache-")
 # Under pytest-xdist (pytest.ini: one worker per core) each worker's MXNet, and every
 # subprocess or notebook kernel it starts, gets its share of the cores (one thread on a
 # 2-core machine), so that the workers do not oversubscribe the machine. Set before MXNet is
@@ -36,6 +35,28 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
         1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import mxnet as mx  # noqa: E402
+
+from mxmixed._core.env import cache_dir  # noqa: E402
+
+
+def _seed_rounding_library(built, cache):
+    """Copy the rounding libraries in ``built`` (``make`` builds one into the user's cache)
+    into the session's ``cache``, so that the session compiles none it already has (about 20
+    CPU seconds, which every emulated test would wait for). Only regular files of this user
+    that others cannot write are copied; the emulation checks each library's recorded size
+    and sha256 before loading it, and builds the ones missing."""
+    for name in sorted(os.listdir(built)) if os.path.isdir(built) else ():
+        path = os.path.join(built, name)
+        info = os.lstat(path)
+        if name.startswith("round16-") and stat.S_ISREG(info.st_mode) \
+                and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+            shutil.copy2(path, os.path.join(cache, name))
+
+
+if not os.environ.get("MXMIXED_CACHE_DIR"):
+    _built = cache_dir()
+    os.environ["MXMIXED_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxmixed-cache-")
+    _seed_rounding_library(_built, os.environ["MXMIXED_CACHE_DIR"])
 
 from mxmixed import emulation  # noqa: E402
 

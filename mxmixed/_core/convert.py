@@ -34,8 +34,8 @@ from mxnet.contrib import amp
 from . import dtypes
 from . import errors
 from .dtypes import FLOAT16, FLOAT32
-from .graph import (DETECTION_OPS, Graph, GraphTypeError, as_graph, cast_node, dtype_code,
-                    infer_types, var_dtype)
+from .graph import (DETECTION_OPS, Graph, GraphTypeError, Record, as_graph, cast_node,
+                    dtype_code, infer_types, var_dtype)
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS"]
@@ -102,7 +102,7 @@ def amp_forced(sym, excluded=()):
     set of str
     """
     nodes = as_graph(sym).nodes
-    return set(excluded or ()) | {n["name"] for n in nodes if n["op"] in DETECTION_OPS}
+    return set(excluded or ()) | {n.name for n in nodes if n.op in DETECTION_OPS}
 
 
 def _node_types(node, in_types, n_out):
@@ -115,8 +115,7 @@ def _node_inference(node, in_types, n_out):
     """``(input dtypes, output dtypes)`` of ``node`` given some input dtypes (None: unknown),
     from MXNet's inference, or None where MXNet refuses them. Nodes of one op, attributes and
     input dtypes are asked about once (a chain of a thousand relus is one question)."""
-    attrs = node.get("attrs", {})
-    key = (node["op"], tuple(sorted(attrs.items())),
+    key = (node.op, tuple(sorted(node.attrs.items())),
            tuple(None if t is None else dtypes.dtype_name(t) for t in in_types), n_out)
     return _inference_of(key)
 
@@ -143,24 +142,24 @@ def _fp32_params(nodes, forced, param_types):
     """Params read only by forced nodes (directly or through one amp_cast): they stay float32."""
     consumers = {}
     for j, node in enumerate(nodes):
-        for src, _, _ in node["inputs"]:
+        for src, _, _ in node.inputs:
             consumers.setdefault(src, set()).add(j)
     kept = set()
     for i, node in enumerate(nodes):
-        if node["op"] != "null" or node["name"] not in param_types:
+        if node.op != "null" or node.name not in param_types:
             continue
         readers = set()
         for j in consumers.get(i, set()):
-            readers |= consumers.get(j, set()) if nodes[j]["op"] == "amp_cast" else {j}
-        if readers and all(nodes[j]["name"] in forced for j in readers):
-            kept.add(node["name"])
+            readers |= consumers.get(j, set()) if nodes[j].op == "amp_cast" else {j}
+        if readers and all(nodes[j].name in forced for j in readers):
+            kept.add(node.name)
     return kept
 
 
 def _output_counts(graph):
     n_out = {}
     for node in graph.nodes:
-        for src, out, _ in node["inputs"]:
+        for src, out, _ in node.inputs:
             n_out[src] = max(n_out.get(src, 1), out + 1)
     for src, out, _ in graph.heads:
         n_out[src] = max(n_out.get(src, 1), out + 1)
@@ -172,7 +171,6 @@ class _Settler:
 
     def __init__(self, graph, lp16, low=FLOAT16):
         self.new = graph.rebuild()
-        self.nodes = self.new.nodes
         self.types, self.casts, self.widened = {}, {}, []
         self.lp16 = lp16
         self.low = low
@@ -186,33 +184,33 @@ class _Settler:
     def cast(self, entry, dtype):
         key = (entry, dtypes.dtype_name(dtype))
         if key not in self.casts:
-            name = "%s_settle_%s" % (self.nodes[entry[0]]["name"], key[1])
+            name = "%s_settle_%s" % (self.new.node(entry[0]).name, key[1])
             self.casts[key] = (self.add(cast_node(name, dtype, entry), [dtype]), 0)
         return self.casts[key]
 
     def fit(self, node, entries, forced, n_out):
         """Entries (cast where needed) and output dtypes for ``node``; None if nothing fits."""
-        if node["name"] in forced:
+        if node.name in forced:
             entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
                        for e in entries]
         outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
-        if outs is None and node["name"] not in forced:
+        if outs is None and node.name not in forced:
             floats = {dtypes.dtype_name(self.types[e]) for e in entries
                       if dtypes.is_floating(self.types.get(e))}
-            if node["op"] in self.lp16:
+            if node.op in self.lp16:
                 entries = [self.cast(e, self.low) if dtypes.is_floating(self.types.get(e))
                            and self.types.get(e) != self.low else e for e in entries]
             else:
                 entries = [self.cast(e, FLOAT32) if self.types.get(e) == self.low else e
                            for e in entries]
                 if len(floats) > 1:
-                    self.widened.append(node["name"])
+                    self.widened.append(node.name)
             outs = _node_types(node, [self.types.get(e) for e in entries], n_out)
         if outs is None:
             names = sorted({dtypes.dtype_name(self.types[e]) if self.types.get(e) is not None else "?"
                             for e in entries})
             raise ConversionError("cannot give node %r (%s) inputs of one dtype (it gets %s)"
-                                  % (node["name"], node["op"], ", ".join(names)))
+                                  % (node.name, node.op, ", ".join(names)))
         return entries, outs
 
 
@@ -247,18 +245,18 @@ def settle(graph, forced, param_types, data_types, target="float16"):
     low = dtypes.BFLOAT16 if target == "bfloat16" else FLOAT16
     walk = _Settler(graph, set(amp.list_lp16_ops(dtypes.amp_list_key(target))), low)
     for i, node in enumerate(nodes):
-        node = dict(node)
-        if node["op"] == "null":
-            name = node["name"]
+        node = Record(node)
+        if node.op == "null":
+            name = node.name
             if name in fp32_params:
                 dtype = FLOAT32
-                node["attrs"] = dict(node.get("attrs", {}), __dtype__=dtype_code(FLOAT32))
+                node["attrs"] = dict(node.attrs, __dtype__=dtype_code(FLOAT32))
             else:
                 dtype = np.dtype(param_types.get(name, data_types.get(name, FLOAT32)))
             walk.new.place(i, walk.add(node, [dtype]))
             continue
-        entries = [tuple(walk.new.entry(e)[:2]) for e in node["inputs"]]
-        if node["op"] == "amp_cast" and nodes[node["inputs"][0][0]]["name"] in fp32_params:
+        entries = [tuple(walk.new.entry(e)[:2]) for e in node.inputs]
+        if node.op == "amp_cast" and nodes[node.inputs[0][0]].name in fp32_params:
             walk.new.place(i, entries[0][0])  # a float16 cast of a param kept float32: pass it on
             continue
         entries, outs = walk.fit(node, entries, forced, n_out.get(i, 1))
@@ -269,8 +267,8 @@ def settle(graph, forced, param_types, data_types, target="float16"):
 
 def param_types_after(graph, arg_params, aux_params):
     """Stored dtype of each param: its ``__dtype__`` in the converted graph, else its own."""
-    declared = {node["name"]: var_dtype(node, None) for node in as_graph(graph).nodes
-                if node["op"] == "null"}
+    declared = {node.name: var_dtype(node, None) for node in as_graph(graph).nodes
+                if node.op == "null"}
     out = {}
     for params in (arg_params, aux_params):
         for name, value in params.items():
@@ -349,13 +347,13 @@ def _predicted_refusals(graph, target, excluded, op_lists):
     n_out = _output_counts(graph)
     types, refused = {}, []
     for i, node in enumerate(graph.nodes):
-        op, name = node["op"], node["name"]
+        op, name = node.op, node.name
         if op == "null":
             types[(i, 0)] = var_dtype(node)
             continue
-        given = [types.get((src, out)) for src, out, _ in node["inputs"]]
+        given = [types.get((src, out)) for src, out, _ in node.inputs]
         floats = [t for t in given if dtypes.is_floating(t)]
-        attrs = node.get("attrs", {})
+        attrs = node.attrs
         if name in excluded or op in fp32_ops or any(
                 attrs.get(attr) in values for attr, values in conditional.get(op, ())):
             ins = [FLOAT32 if dtypes.is_floating(t) else t for t in given]
@@ -391,7 +389,7 @@ def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, 
     the order met).
     """
     graph = as_graph(sym)
-    layers = {n["name"] for n in graph.nodes if n["op"] != "null"}
+    layers = {n.name for n in graph.nodes if n.op != "null"}
     refused = _predicted_refusals(graph, target, set(excluded), op_lists)
     passes = 0
     while True:
@@ -410,7 +408,7 @@ def _amp_pass_settled(sym, target, excluded, data_names, params, cast_optional, 
 
 
 def _op_of(sym, name):
-    ops = [n["op"] for n in as_graph(sym).nodes if n["name"] == name]
+    ops = [n.op for n in as_graph(sym).nodes if n.name == name]
     return ops[0] if ops else "?"
 
 

@@ -13,9 +13,10 @@ shapes, the Symbol) computed when first asked for and kept. Its nodes are read-o
 :class:`Node` records (``node.op``, ``node.name``, ``node.attrs``, ``node.inputs``); a changed
 graph is a new Graph (:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`),
 so nothing derived can go stale. This module is the only one that reads the JSON dict; the
-others read nodes through :class:`Node` (its mapping form, ``node["op"]``, is left in the
-conversion core's settling pass, the BatchNorm folding and ``mxmixed run``) and build new ones
-as :class:`Record` dicts. An *entry* is a ``(node, output)`` pair.
+others read nodes by the attributes of :class:`Node` (and of :class:`Record`, a node being
+built, which they change as a dict), never as ``node["op"]``: a Node's mapping form is there to
+copy it (``Record(node, inputs=...)``), and ``tests/project/test_node_reads.py`` refuses a
+dict-form read outside this module. An *entry* is a ``(node, output)`` pair.
 
 A Graph and its Symbol travel together: :meth:`Graph.to_symbol` gives a Symbol that knows its
 Graph, and :func:`as_graph` of that Symbol gives the same Graph back without MXNet writing the
@@ -115,8 +116,9 @@ _EMPTY = MappingProxyType({})
 class Node(Mapping):
     """One node of a :class:`Graph`, read-only: ``op``, ``name``, ``attrs``, ``inputs``.
 
-    Also a read-only mapping of its record (``node["op"]``, ``dict(node, inputs=...)`` for a
-    changed copy to hand to :class:`Rebuild`). ``inputs`` holds ``(node, output, version)``
+    Also a read-only mapping of its record, to copy it (``Record(node, inputs=...)`` for a
+    changed copy to hand to :class:`Rebuild`); other modules read it only by the attributes
+    (``tests/project/test_node_reads.py``). ``inputs`` holds ``(node, output, version)``
     tuples; ``attrs`` is a read-only mapping (empty when the node has none).
     """
 
@@ -521,6 +523,10 @@ class Rebuild:
         if "attrs" in record:
             record["attrs"] = dict(record["attrs"])
         return record
+
+    def node(self, new_id):
+        """New node ``new_id``, added so far, as a :class:`Node`."""
+        return Node(self.nodes[new_id])
 
     def add(self, *nodes):
         """Append nodes (inputs in new indices); the index of the last one."""

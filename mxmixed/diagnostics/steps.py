@@ -223,11 +223,11 @@ def layer_of_parameter(name, params, module=None):
 def _graph_reader(sym, name):
     """'node (op)' of the first op of ``sym`` that reads the variable ``name``, or None."""
     nodes = Graph(sym.tojson()).nodes  # AMP's casts left out: the reader is the layer
-    index = next((i for i, n in enumerate(nodes) if n["op"] == "null" and n["name"] == name),
+    index = next((i for i, n in enumerate(nodes) if n.op == "null" and n.name == name),
                  None)
     for node in nodes:
-        if index is not None and any(entry[0] == index for entry in node.get("inputs", ())):
-            return "%s (%s)" % (node["name"], node["op"])
+        if index is not None and any(entry[0] == index for entry in node.inputs):
+            return "%s (%s)" % (node.name, node.op)
     return None
 
 

@@ -292,11 +292,11 @@ def _rebuild(graph, rewrite, multicast):
                 if key not in upcasts:
                     upcasts[key] = new.add(cast_node(emu_name(node.name, "in", k),
                                                      "float32", key))
-                node["inputs"][k] = [upcasts[key], 0, 0]
+                node.inputs[k] = [upcasts[key], 0, 0]
             if bias is not None:
                 bias_entry = node.inputs[bias]
-                node["inputs"] = node["inputs"][:bias] + node["inputs"][bias + 1:]
-                node["attrs"] = dict(node.get("attrs", {}), no_bias="True")
+                node["inputs"] = node.inputs[:bias] + node.inputs[bias + 1:]
+                node["attrs"] = dict(node.attrs, no_bias="True")
         new_id = new.add(*_op_nodes(node, i in rewrite, new.next_id))
         new.place(i, new_id)
         for out in rewrite[i][1] if i in rewrite else ():

@@ -104,9 +104,10 @@ def emulate_bfloat16(sym, arg_params, aux_params, data_types):
     for i, node in enumerate(graph.nodes):
         name = node.name
         if node.op == "null":
-            node = dict(node, attrs=dict(node.attrs))
+            attrs = dict(node.attrs)
+            node = dict(node, attrs=attrs)
             if variables.get(name) == BFLOAT16 or dtypes.get((i, 0)) == BFLOAT16:
-                node["attrs"]["__dtype__"] = dtype_code(FLOAT32)
+                attrs["__dtype__"] = dtype_code(FLOAT32)
                 new.place(i, new.add(node))
                 exact.add((new.next_id - 1, 0))
             else:

@@ -29,15 +29,15 @@ _TRUE = ("true", "1")
 
 
 def _attr(node, key, default):
-    return node.get("attrs", {}).get(key, default)
+    return node.attrs.get(key, default)
 
 
 def _variable(graph, entry, params, shared):
     """The name of the variable at ``entry`` if it is in ``params`` and read only once."""
     node = graph.nodes[entry[0]]
-    if node["op"] != "null" or node["name"] not in params or node["name"] in shared:
+    if node.op != "null" or node.name not in params or node.name in shared:
         return None
-    return node["name"]
+    return node.name
 
 
 def _shared_names(graph, heads):
@@ -48,8 +48,8 @@ def _shared_names(graph, heads):
     """
     reads = {}
     for i, node in enumerate(graph.nodes):
-        if node["op"] == "null":
-            name = node["name"]
+        if node.op == "null":
+            name = node.name
             reads[name] = reads.get(name, 0) + len(graph.readers((i, 0))) + ((i, 0) in heads)
     return {name for name, count in reads.items() if count != 1}
 
@@ -57,14 +57,14 @@ def _shared_names(graph, heads):
 def _foldable(graph, index, args, auxs, heads, keep, shared):
     """``(conv index, weight, bias or None, (gamma, beta, mean, var))`` or None."""
     bn = graph.nodes[index]
-    if bn["op"] != "BatchNorm" or bn["name"] in keep or len(bn["inputs"]) != 5:
+    if bn.op != "BatchNorm" or bn.name in keep or len(bn.inputs) != 5:
         return None
     if int(_attr(bn, "axis", "1")) != 1 or \
             str(_attr(bn, "output_mean_var", "False")).lower() in _TRUE:
         return None
-    src, out = bn["inputs"][0][:2]
+    src, out = bn.inputs[0][:2]
     conv = graph.nodes[src]
-    if conv["op"] != "Convolution" or out != 0 or conv["name"] in keep:
+    if conv.op != "Convolution" or out != 0 or conv.name in keep:
         return None
     if not str(_attr(conv, "layout", "NC")).upper().startswith("NC"):
         return None
@@ -72,13 +72,13 @@ def _foldable(graph, index, args, auxs, heads, keep, shared):
         return None
     if any(graph.readers((index, k)) or (index, k) in heads for k in (1, 2)):
         return None
-    names = [_variable(graph, e, args, shared) for e in bn["inputs"][1:3]] + \
-            [_variable(graph, e, auxs, shared) for e in bn["inputs"][3:5]]
-    weight = (_variable(graph, conv["inputs"][1], args, shared)
-              if len(conv["inputs"]) > 1 else None)
+    names = [_variable(graph, e, args, shared) for e in bn.inputs[1:3]] + \
+            [_variable(graph, e, auxs, shared) for e in bn.inputs[3:5]]
+    weight = (_variable(graph, conv.inputs[1], args, shared)
+              if len(conv.inputs) > 1 else None)
     no_bias = str(_attr(conv, "no_bias", "False")).lower() in _TRUE
-    bias = None if no_bias else (_variable(graph, conv["inputs"][2], args, shared)
-                                 if len(conv["inputs"]) > 2 else None)
+    bias = None if no_bias else (_variable(graph, conv.inputs[2], args, shared)
+                                 if len(conv.inputs) > 2 else None)
     if None in names or weight is None or (not no_bias and bias is None):
         return None
     return src, weight, bias, tuple(names)
@@ -95,7 +95,7 @@ def _check_shapes(bn, conv, weight, params):
             raise ConversionError(
                 "cannot fold BatchNorm %r into Convolution %r: %s has the shape %s, and the "
                 "convolution's weight %s has %s output channels" % (
-                    bn["name"][:80], conv["name"][:80], name[:80], shape,
+                    bn.name[:80], conv.name[:80], name[:80], shape,
                     tuple(weight.shape), channels))
 
 
@@ -155,12 +155,12 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
     if not pairs:
         return graph, dict(arg_params), dict(aux_params), []
     args, auxs = dict(arg_params), dict(aux_params)
-    taken = {node["name"] for node in graph.nodes} | set(args) | set(auxs)
+    taken = {node.name for node in graph.nodes} | set(args) | set(auxs)
     rebuild = graph.rebuild()
     folded, dropped = [], set()
     for bn_index, *_ in pairs.values():
         dropped.add(bn_index)
-        dropped.update(e[0] for e in graph.nodes[bn_index]["inputs"][1:])
+        dropped.update(e[0] for e in graph.nodes[bn_index].inputs[1:])
     for i, node in enumerate(graph.nodes):
         if i in dropped:
             continue
@@ -177,11 +177,11 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
                                       (args[gamma], args[beta], auxs[mean], auxs[var]))
         conv = rebuild.mapped(node)
         if bias is None:
-            bias = _new_name(node["name"] + "_bias", taken)
+            bias = _new_name(node.name + "_bias", taken)
             taken.add(bias)
             bias_id = rebuild.add({"op": "null", "name": bias, "inputs": []})
-            conv["inputs"] = conv["inputs"][:2] + [[bias_id, 0, 0]]
-            conv["attrs"] = dict(conv.get("attrs", {}), no_bias="False")
+            conv["inputs"] = conv.inputs[:2] + [[bias_id, 0, 0]]
+            conv["attrs"] = dict(conv.attrs, no_bias="False")
         args[weight], args[bias] = new_w, new_b
         for name in (gamma, beta):
             args.pop(name)
@@ -190,5 +190,5 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
         new_id = rebuild.add(conv)
         rebuild.place(i, new_id)
         rebuild.redirect((bn_index, 0), (new_id, 0))
-        folded.append((bn["name"], node["name"]))
+        folded.append((bn.name, node.name))
     return rebuild.graph(), args, auxs, folded

@@ -21,7 +21,7 @@ from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, GraphTypeError, as_graph, cast_node,
-                           dtype_code, var_dtype)
+                           Record, dtype_code, var_dtype)
 from ._bfloat16_emulation import emulate_bfloat16
 
 __all__ = ["batchnorm_params", "block_facts", "BlockFacts", "compute_dtype", "consumed_dtypes",
@@ -101,15 +101,15 @@ def io_float16(graph, data_names, dtypes):
     for i, node in enumerate(nodes):
         if i in drop:
             continue
-        node = dict(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
-                                  for e in node.inputs])
+        node = Record(node, inputs=[[upcast[e[0]], 0, 0] if e[0] in upcast else new.entry(e)
+                                    for e in node.inputs])
         if i in down_casts:
-            node["attrs"] = dict(node.get("attrs", {}), __dtype__=dtype_code(np.float16))
+            node["attrs"] = dict(node.attrs, __dtype__=dtype_code(np.float16))
         new.place(i, new.add(node))
         for j in down_casts.get(i, ()):
             new.redirect((j, 0), (new.entry([i, 0])))
         if i in widen:  # its other readers need float32
-            upcast[i] = new.add(cast_node(node["name"] + "_amp_cast_float32", "float32",
+            upcast[i] = new.add(cast_node(node.name + "_amp_cast_float32", "float32",
                                           new.entry([i, 0])))
     return new.graph(heads=[list(head_redirect.get((src, out), (src, out))) + [version]
                             for src, out, version in graph.heads])

@@ -38,20 +38,27 @@ def resnet18(tmp_path_factory):
     return _export_gluoncv("resnet18_v1", tmp_path_factory.mktemp("r18"))
 
 
+@pytest.fixture(scope="module")
+def reference32(resnet18, tmp_path_factory):
+    """resnet18 in float32 through MXNet's own exporter: the size reference (its path)."""
+    sym, args, auxs = mx.model.load_checkpoint(resnet18, 0)
+    path = str(tmp_path_factory.mktemp("reference32") / "reference32.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mx.onnx.export_model(sym, [args, auxs], [(1,) + SHAPE], np.float32, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported16(resnet18):
+    """resnet18 converted with the defaults and exported (the tests only read it)."""
+    return symbolic.export_onnx(symbolic.convert(*symbolic.load_checkpoint(resnet18, 0)), SHAPE)
+
+
 def _run(argv, capsys):
     code = cli.main(argv)
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _float32_onnx_bytes(prefix, shape, folder):
-    """The float32 model through MXNet's own exporter, as the size reference."""
-    sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
-    path = os.path.join(str(folder), "reference32.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mx.onnx.export_model(sym, [args, auxs], [(1,) + shape], np.float32, path)
-    return os.path.getsize(path)
 
 
 def _mxnet_float32(prefix, X):
@@ -64,9 +71,9 @@ def _mxnet_float32(prefix, X):
 # ------------------------------------------------------------------ acceptance
 @pytest.mark.slow
 def test_a_gluoncv_model_becomes_a_checked_validated_float16_onnx_file_in_one_command(
-        tmp_path, capsys):
-    prefix = _export_gluoncv("resnet50_v1b", tmp_path)
-    out = str(tmp_path / "r50")
+        resnet18, reference32, tmp_path, capsys):
+    prefix = resnet18
+    out = str(tmp_path / "r18")
     code, stdout, err = _run(["convert", prefix, "0", "--out", out, "--format", "onnx",
                               "--input-shape", "3,32,32", "--validate", "4"], capsys)
     assert code == 0, err
@@ -80,7 +87,7 @@ def test_a_gluoncv_model_becomes_a_checked_validated_float16_onnx_file_in_one_co
     assert not inits & {i.name for i in model.graph.input}
     weights = [i for i in model.graph.initializer if i.name.endswith("conv0_weight")]
     assert weights and weights[0].data_type == onnx.TensorProto.FLOAT16
-    assert os.path.getsize(out + ".onnx") <= 0.51 * _float32_onnx_bytes(prefix, SHAPE, tmp_path)
+    assert os.path.getsize(out + ".onnx") <= 0.51 * os.path.getsize(reference32)
     # the file itself, run here in onnxruntime, against MXNet's float32 model
     X = np.random.RandomState(3).uniform(size=(4,) + SHAPE).astype(np.float32)
     got = ort.InferenceSession(out + ".onnx", providers=["CPUExecutionProvider"]).run(
@@ -92,9 +99,8 @@ def test_a_gluoncv_model_becomes_a_checked_validated_float16_onnx_file_in_one_co
 
 
 @pytest.mark.slow
-def test_onnxruntime_prints_no_warning_per_parameter(resnet18, tmp_path, capfd):
+def test_onnxruntime_prints_no_warning_per_parameter(resnet18, reference32, exported16, capfd):
     fp32 = symbolic.load_checkpoint(resnet18, 0)
-    exported = symbolic.export_onnx(symbolic.convert(*fp32), SHAPE)
     options = ort.SessionOptions()
     options.log_severity_level = 2  # warnings and errors
 
@@ -102,12 +108,11 @@ def test_onnxruntime_prints_no_warning_per_parameter(resnet18, tmp_path, capfd):
         lines = capfd.readouterr().err.splitlines()
         return [line for line in lines if "[W:" in line and "nitializer" in line]
 
-    _float32_onnx_bytes(resnet18, SHAPE, tmp_path)  # MXNet's own export: one per parameter
     capfd.readouterr()
-    ort.InferenceSession(str(tmp_path / "reference32.onnx"), options,
-                         providers=["CPUExecutionProvider"])
+    # MXNet's own export: one warning per parameter
+    ort.InferenceSession(reference32, options, providers=["CPUExecutionProvider"])
     assert len(warnings_on_initializers()) >= len(fp32[1])
-    ort.InferenceSession(exported.serialize(), options, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(exported16.serialize(), options, providers=["CPUExecutionProvider"])
     assert warnings_on_initializers() == []
 
 
@@ -143,10 +148,8 @@ def test_no_keep_io_types_gives_float16_input_and_output_and_still_validates(res
 
 
 @pytest.mark.slow
-def test_dynamic_batch_axis(resnet18):
-    exported = symbolic.export_onnx(symbolic.convert(*symbolic.load_checkpoint(resnet18, 0)),
-                                    SHAPE)
-    session = ort.InferenceSession(exported.serialize(), providers=["CPUExecutionProvider"])
+def test_dynamic_batch_axis(exported16):
+    session = ort.InferenceSession(exported16.serialize(), providers=["CPUExecutionProvider"])
     for n in (1, 3):
         out = session.run(None, {"data": np.zeros((n,) + SHAPE, np.float32)})[0]
         assert out.shape == (n, 1000)
