@@ -18,15 +18,27 @@ OTHER_DICTS = {
     "mxmixed/checkpoint/_trainer.py": "a trainer file's records",
     "mxmixed/emulation/_round16.py": "the rounding library's state",
 }
+# Functions whose node dicts are MXNet's own, handed to them by MXNet's code, and why.
+OTHER_FUNCTIONS = {
+    ("mxmixed/symbolic/_onnx_graph.py", "convert"): "MXNet's ONNX exporter calls it with its "
+                                                   "own node dict",
+}
 
 
 def _key(node):
     return node.value if isinstance(node, ast.Constant) and node.value in NODE_KEYS else None
 
 
-def _dict_form_reads(tree):
+def _outside(tree, relative):
+    """The nodes of ``tree`` outside the functions OTHER_FUNCTIONS names for this module."""
+    skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+               and (relative, f.name) in OTHER_FUNCTIONS for n in ast.walk(f)}
+    return [n for n in ast.walk(tree) if id(n) not in skipped]
+
+
+def _dict_form_reads(tree, relative=""):
     """``x["op"]`` read (not written) and ``x.get("op")``, for the four node keys."""
-    for node in ast.walk(tree):
+    for node in _outside(tree, relative):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _key(node.slice):
             yield node
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
@@ -46,5 +58,5 @@ def test_graph_nodes_are_read_by_attribute_outside_core_graph():
             with open(path, encoding="utf-8") as handle:
                 tree = ast.parse(handle.read())
             found += ["%s:%d: %s" % (relative, read.lineno, ast.unparse(read))
-                      for read in _dict_form_reads(tree)]
+                      for read in _dict_form_reads(tree, relative)]
     assert found == [], "read graph nodes as node.op, node.name, node.inputs, node.attrs"
