@@ -202,6 +202,7 @@ def _readme(c):
     mem = lambda fig: _fig(c, "memory", "resnet50_v1, batch 32, 3x224x224", fig)  # noqa: E731
     share = _fig(c, "ssd_step", "SSD mobilenet0.25", "share").get("value").split(" / ")
     bf = lambda w, fig: _fig(c, "bfloat16", w, fig)  # noqa: E731
+    bert = lambda w: _fig(c, "bert_step", "gluonnlp BERTClassifier, " + w)  # noqa: E731
     return [
         ("emulated AMP step / float32 step (digits CNN", _cells(emu("digits_cnn"))),
         ("emulation cost: the same (gluoncv", _cells(emu("cifar_resnet20_v1"))),
@@ -235,6 +236,10 @@ def _readme(c):
         ("The SSD step (", "(%.2fx of the step with MXNet's check)" % ssd(
             "SSD mobilenet0.25 (oneDNN on, one process)", "emulated AMP step, the")["value"]),
         ("The SSD step (", "check takes %s of the operator time and the casts %s" % tuple(share)),
+        ("The BERT step (", "**%.2fx** a float32 step at 2 layers x 128 units (%.2f-%.2f)" % (
+            bert("2x128, seq 64, batch 16")["value"], *bert("2x128, seq 64, batch 16")["spread"])),
+        ("The BERT step (", "**%.2fx** at 4 layers x 512 units, sequence 128 (%.2f-%.2f)" % (
+            bert("4x512, seq 128, batch 8")["value"], *bert("4x512, seq 128, batch 8")["spread"])),
         ("bfloat16 is slower than", "training step %.2fx, inference %.2fx (%.2fx against" % (
             bf("resnet50_v1", "training")["value"],
             bf("resnet50_v1", "inference speed-up, batch 16, 224")["value"],
