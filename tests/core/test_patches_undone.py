@@ -3,6 +3,9 @@
 import types
 
 import mxnet as mx
+import mxnet.ndarray.numpy._internal as nd_npi
+import mxnet.ndarray.numpy_extension as nd_npx
+import mxnet.numpy_extension as npx
 import pytest
 from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
@@ -17,7 +20,9 @@ def _emulation_owners():
     """Everything the emulation may patch, as (owner, label)."""
     return [(mx.nd, "mx.nd"), (mx.nd.op, "mx.nd.op"), (mx.nd.contrib, "mx.nd.contrib"),
             (mx.nd.sparse, "mx.nd.sparse"), (mx.sym.Symbol, "Symbol"),
-            (MXNetLossScaler, "LossScaler"), (AMP_MODULE, "mxnet.contrib.amp.amp")]
+            (MXNetLossScaler, "LossScaler"), (AMP_MODULE, "mxnet.contrib.amp.amp"),
+            (npx, "npx"), (npx._op, "npx._op"), (nd_npx, "mx.nd.npx"), (nd_npx._op, "mx.nd.npx._op"),
+            (nd_npi, "mx.nd.npi")]
 
 
 def _identities(owners):
@@ -34,7 +39,7 @@ def test_emulation_disable_gives_back_every_patched_object():
     assert {("mx.nd", "FullyConnected"), ("mx.nd.op", "Convolution"), ("mx.nd", "CachedOp"),
             ("Symbol", "bind"), ("Symbol", "simple_bind"), ("LossScaler", "has_overflow"),
             ("mxnet.contrib.amp.amp", "_cast_symbol_NDArray"), ("mx.nd.contrib", "ROIAlign"),
-            ("mx.nd.sparse", "dot")} <= changed
+            ("mx.nd.sparse", "dot"), ("npx", "batch_dot"), ("mx.nd.npx._op", "fully_connected")} <= changed
     assert len(EMULATION.patches.applied()) == len(changed)  # each one through the registry
     emulation.disable()
     after = _identities(owners)

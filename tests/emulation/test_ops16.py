@@ -16,6 +16,8 @@ from mxmixed.emulation import _graphpass, emulate_symbol, rewritten_op_types
 from mxmixed.emulation._ops import LIBRARY_OP
 from mxmixed.emulation._round16 import BIAS_ADD_OP, round16_op
 
+from conftest import run_python
+
 F16 = np.float16
 EVERY_FLOAT16 = np.arange(1 << 16, dtype=np.uint16).view(F16)
 
@@ -109,3 +111,21 @@ def test_bias_add_op_gives_broadcast_adds_bits(monkeypatch):
     assert not routed
     for what, a, b in zip(("output", "data", "weight", "bias"), with_op, with_broadcast_add):
         np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act_type", ["gelu", "softrelu"])
+def test_building_the_tables_leaves_the_callers_errno_alone(act_type):
+    """The tables are built in the caller's thread with expf/erff, which set ERANGE where they
+    overflow; MXNet's parameter parser then refused the next "inf" it read (GluonNLP's
+    ``x != inf`` in clip_grad_global_norm failed with "Out of range value for scalar")."""
+    op = "LeakyReLU" if act_type == "gelu" else "Activation"
+    proc = run_python(
+        "import mxnet as mx, numpy as np\n"
+        "from mxmixed import emulation\n"
+        "a = mx.nd.array([1.0])\n"
+        "with emulation.emulated():\n"
+        "    y = mx.nd.%s(mx.nd.array([-100.0, 30.0], dtype='float16'), act_type='%s')\n"
+        "    finite = a != np.inf\n"
+        "print('FINITE', finite.asnumpy()[0], y.dtype)\n" % (op, act_type))
+    assert "FINITE 1.0 <class 'numpy.float16'>" in proc.stdout, proc.stderr[-2000:]

@@ -19,6 +19,7 @@
 //   BinaryBroadcastBackwardUseNone: dx = 0 + g (a -0 gradient becomes +0, as there), db[c] the
 //   Kahan sum (mshadow red::sum with its residual) of g[., c] in row order, without the
 //   per-element index arithmetic that makes MXNet's generic reduce slow.
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -103,10 +104,15 @@ struct Tables {
   bool of_output = false;
   Tables(float (*fn)(float), float (*grad)(float), bool grad_of_output)
       : value(65536), factor(65536), of_output(grad_of_output) {
+    // expf and erff set errno to ERANGE where they overflow or underflow, and the tables are
+    // built in the caller's thread: MXNet's parameter parser (dmlc::stod) reads a stale ERANGE
+    // as "Out of range value" for the next "inf" it parses (x != inf), so errno is put back.
+    const int saved = errno;
     for (uint32_t bits = 0; bits < 65536; ++bits) {
       value[bits] = round16_one(fn(from_bits(bits)));
       factor[bits] = round16_one(grad(from_bits(bits)));
     }
+    errno = saved;
   }
 };
 
