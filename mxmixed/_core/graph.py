@@ -44,7 +44,7 @@ __all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_g
            "Rebuild",
            "inline_nodes",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
-           "attr_float", "attr_ints",
+           "attr_float", "attr_ints", "unused_name",
            "cast_node", "pin_variable_dtypes", "CAST_OPS",
            "LOSS_OUTPUT_OPS", "BATCHNORM_OPS", "DETECTION_OPS"]
 
@@ -714,6 +714,25 @@ def infer_shapes(sym, shapes, partial=False):
         return None
     return (dict(zip(sym.list_arguments(), arg)), out,
             dict(zip(sym.list_auxiliary_states(), aux)))
+
+
+def unused_name(base, taken):
+    """``base``, or ``base`` with the first number that makes it a name not in ``taken``.
+
+    Parameters
+    ----------
+    base : str
+    taken : container of str
+
+    Returns
+    -------
+    str
+    """
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = "%s%d" % (base, k)
+    return name
 
 
 def attr_float(value, default):

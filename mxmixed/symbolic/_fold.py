@@ -21,7 +21,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.convert import ConversionError
-from .._core.graph import as_graph, attr_float
+from .._core.graph import as_graph, attr_float, unused_name
 
 __all__ = ["fold_batchnorm"]
 
@@ -113,14 +113,6 @@ def _folded_params(bn, conv_params, bn_params):
     return mx.nd.array(new_w, dtype="float32"), mx.nd.array(new_b, dtype="float32")
 
 
-def _new_name(base, taken):
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = "%s%d" % (base, k)
-    return name
-
-
 def fold_batchnorm(graph, arg_params, aux_params, keep=()):
     """Fold every foldable BatchNorm into the Convolution before it.
 
@@ -177,7 +169,7 @@ def fold_batchnorm(graph, arg_params, aux_params, keep=()):
                                       (args[gamma], args[beta], auxs[mean], auxs[var]))
         conv = rebuild.mapped(node)
         if bias is None:
-            bias = _new_name(node.name + "_bias", taken)
+            bias = unused_name(node.name + "_bias", taken)
             taken.add(bias)
             bias_id = rebuild.add({"op": "null", "name": bias, "inputs": []})
             conv["inputs"] = conv.inputs[:2] + [[bias_id, 0, 0]]

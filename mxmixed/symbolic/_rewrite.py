@@ -18,7 +18,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import as_graph, attr_ints
+from .._core.graph import as_graph, attr_ints, unused_name
 
 __all__ = ["fold_constants", "mask_softmax"]
 
@@ -67,14 +67,6 @@ def _cone_size(graph, entry, params):
     return sum(int(np.prod(params[n].shape)) for n in names)
 
 
-def _new_name(base, taken):
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = "%s%d" % (base, k)
-    return name
-
-
 def fold_constants(graph, arg_params, aux_params):
     """Compute every value made of params alone once; store it as a param.
 
@@ -106,7 +98,7 @@ def fold_constants(graph, arg_params, aux_params):
     taken = {node.name for node in graph.nodes} | set(params)
     args, names = dict(arg_params), {}
     for (src, out), value in zip(entries, values):
-        name = _new_name("%s_folded%s" % (graph.nodes[src].name, "" if out == 0 else out), taken)
+        name = unused_name("%s_folded%s" % (graph.nodes[src].name, "" if out == 0 else out), taken)
         taken.add(name)
         args[name] = value
         names[(src, out)] = name
