@@ -130,13 +130,31 @@ def _terminate(signum, frame):
     raise ScriptTerminated()
 
 
-_AT_FORK = {}  # registered: True once; parent, from_main: the fork under way
+# registered: the hooks below, once per process; forks: per forking thread's ident, the fork
+# under way as (parent pid, forked by the main thread, SIGTERM blocked for it)
+_AT_FORK = {"registered": False, "forks": {}}
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_SIGTERM = {signal.SIGTERM}
 
 
 def _before_fork():
-    _AT_FORK["parent"] = os.getpid()
-    _AT_FORK["from_main"] = threading.current_thread() is threading.main_thread()
+    """In the forking thread, just before ``fork``: block SIGTERM while our handler is set, so
+    that a SIGTERM sent to the new child before it has put SIGTERM's default back (a pool
+    terminated while a worker is still starting) waits for that and then kills it. Delivered
+    earlier, it would trip our handler, which the reset then drops: the worker lives on and
+    its pool's ``terminate`` waits for it forever."""
+    blocked = signal.getsignal(signal.SIGTERM) is _terminate
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGTERM)
+    _AT_FORK["forks"][threading.get_ident()] = (
+        os.getpid(), threading.current_thread() is threading.main_thread(), blocked)
+
+
+def _after_fork_in_parent():
+    """In the forking thread, once ``fork`` has returned: SIGTERM as it was before."""
+    state = _AT_FORK["forks"].pop(threading.get_ident(), None)
+    if state and state[2]:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
 
 
 def _child_default_sigterm():
@@ -145,26 +163,37 @@ def _child_default_sigterm():
     workers by SIGTERM; raising in them instead prints tracebacks and can leave the parent
     waiting forever in ``Pool.terminate``. On Linux a child forked by the main thread also
     gets SIGTERM when the run's process dies, however it dies (a second SIGTERM, SIGKILL),
-    so that no worker outlives the run."""
-    if signal.getsignal(signal.SIGTERM) is not _terminate:
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if _AT_FORK.get("from_main") and sys.platform.startswith("linux"):
-        import ctypes
+    so that no worker outlives the run. A SIGTERM that came while SIGTERM was blocked across
+    the fork is delivered once the default is back."""
+    forks = _AT_FORK["forks"]
+    parent, from_main, blocked = forks.pop(threading.get_ident(), (None, False, False))
+    forks.clear()  # other threads' forks under way belong to the parent
+    if signal.getsignal(signal.SIGTERM) is _terminate:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if from_main and sys.platform.startswith("linux"):
+            _die_with_parent(parent)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
 
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM),
-                                                    0, 0, 0)
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != _AT_FORK.get("parent"):  # it died before prctl
-            os.kill(os.getpid(), signal.SIGTERM)
+
+def _die_with_parent(parent):
+    """Ask Linux for SIGTERM when the parent dies (PR_SET_PDEATHSIG); if it has died already,
+    SIGTERM now."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reset_sigterm_in_forked_children():
-    """Register :func:`_child_default_sigterm` to run after every ``fork``, once per process."""
-    if not _AT_FORK.get("registered") and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_before_fork, after_in_child=_child_default_sigterm)
+    """Register the fork hooks above, once per process."""
+    if not _AT_FORK["registered"] and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_child_default_sigterm)
         _AT_FORK["registered"] = True
 
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import HANG_S, communicate, run_command, wait_for
+from conftest import HANG_S, communicate, run_command, run_python, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -137,3 +137,32 @@ def test_workers_do_not_outlive_a_run_killed_outright(tmp_path):
         for pid in children:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# The child waits in a fork hook registered before the runner's until the parent has sent it
+# SIGTERM, so the signal lands where a pool's terminate can land it: after the fork, before the
+# child has put SIGTERM's default back. Delivered then to the runner's handler, it was lost.
+SIGTERM_IN_THE_FORK_WINDOW = """
+import os, signal
+from mxmixed.cli import _run
+
+go_r, go_w = os.pipe()
+os.register_at_fork(after_in_child=lambda: os.read(go_r, 1))
+_run._reset_sigterm_in_forked_children()
+signal.signal(signal.SIGTERM, _run._terminate)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.kill(pid, signal.SIGTERM)
+os.write(go_w, b"x")
+_, status = os.waitpid(pid, 0)
+print("killed by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+      "exit", os.WEXITSTATUS(status) if os.WIFEXITED(status) else None)
+"""
+
+
+def test_sigterm_sent_to_a_child_before_it_resets_the_handler_still_kills_it():
+    proc = run_python(SIGTERM_IN_THE_FORK_WINDOW)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["killed", "by", str(int(signal.SIGTERM)), "exit", "None"], \
+        proc.stdout + proc.stderr[-3000:]
