@@ -3,7 +3,8 @@
 Each op here fails on MXNet 1.9.1's CPU wheel when bfloat16 reaches it ("dot only supports
 float32/float64 for CPU", "Unknown type enum 12"), and AMP's own bfloat16 lists let it reach
 them: ``batch_dot`` of two bfloat16 FullyConnected outputs (AMP keeps the widest input type),
-``Activation`` softsign and ``Pooling`` lp (variants of ops that otherwise run in bfloat16).
+``Activation`` softsign and ``Pooling`` lp and sum (variants of ops that otherwise run in
+bfloat16).
 """
 import numpy as np
 import pytest
@@ -31,11 +32,11 @@ class _Net(gluon.HybridBlock):
         scores = F.batch_dot(self.query(x), self.key(x), transpose_b=True)  # both bfloat16
         if self.tail == "softsign":
             return F.Activation(self.query(scores), act_type="softsign")
-        return F.Pooling(self.query(scores), kernel=(2,), pool_type="lp", p_value=2)
+        return F.Pooling(self.query(scores), kernel=(2,), pool_type=self.tail, p_value=2)
 
 
 @pytest.mark.parametrize("hybridize", [False, True])
-@pytest.mark.parametrize("tail", ["softsign", "lp"])
+@pytest.mark.parametrize("tail", ["softsign", "lp", "sum"])
 def test_bfloat16_amp_runs_ops_without_a_cpu_bfloat16_kernel_in_float32(hybridize, tail):
     x = mx.nd.random.uniform(shape=(2, 4, 4))
     with mxmixed.amp_scope(target_dtype="bfloat16"):
