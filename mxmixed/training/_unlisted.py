@@ -9,14 +9,17 @@ unknown, so :func:`unlisted_ops` finds every registered op in none of the lists 
 caller's), mxmixed's bfloat16 AMP adds them to AMP's float32 list, and :func:`announce` makes
 the first call of each that meets bfloat16 warn once, naming it.
 """
+import os
+import re
 import warnings
 
 from mxnet import base, ndarray, operator, symbol
+from mxnet.base import MXNetError
 from mxnet.contrib import amp
 
 from .._core.convert import NO_BFLOAT16_CPU_OPS
 
-__all__ = ["unlisted_ops", "announce", "UNLISTED_NOTE"]
+__all__ = ["unlisted_ops", "announce", "UNLISTED_NOTE", "resolves", "missing_kernel"]
 
 # Ops that are no layer of a model, or that bfloat16 AMP must leave alone: gradients and the
 # NumPy front end (MXNet 1.9's AMP patches nothing in NumPy mode), AMP's own casts, graphs
@@ -47,8 +50,18 @@ def _named(lists):
     return names
 
 
-def _resolves(name):
-    """Whether AMP can wrap ``name`` in both front ends (it raises on one it cannot find)."""
+def resolves(name):
+    """Whether AMP can wrap ``name`` in both front ends (it raises on one it cannot find).
+
+    Parameters
+    ----------
+    name : str
+        An op name as AMP's lists spell it ('im2col', '_contrib_RROIAlign').
+
+    Returns
+    -------
+    bool
+    """
     for module in (ndarray, symbol):
         submodules = {p: getattr(module, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
         fun, where = amp.amp._get_fun_to_wrap(name, module, submodules)
@@ -82,18 +95,29 @@ def unlisted_ops(target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=
     return sorted(name for name in operator.get_all_registered_operators()
                   if name not in named and _bare(name) not in named
                   and not name.startswith(_NOT_LAYERS) and "update" not in name
-                  and name not in _WRITES_ITS_INPUTS and _resolves(name))
+                  and name not in _WRITES_ITS_INPUTS and resolves(name))
+
+
+def _dtype_of(value):
+    """The dtype of an NDArray, or of a Symbol's first output with float32 data: a Gluon graph
+    being built has untyped data inputs, and AMP's float32 data is what it will be given."""
+    if isinstance(value, ndarray.NDArray):
+        return value.dtype
+    if not isinstance(value, symbol.Symbol):
+        return None
+    attrs = value.attr_dict()
+    data = {name: "float32" for name in value.list_arguments()
+            if "__dtype__" not in attrs.get(name, {})}
+    try:
+        return value.infer_type_partial(**data)[1][0]
+    except (MXNetError, IndexError):
+        return None
 
 
 def _meets_bfloat16(args, kwargs):
-    """Whether a call may give the op bfloat16 inputs: a Symbol (its dtype is not known yet)
-    or a bfloat16 NDArray."""
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, symbol.Symbol):
-            return True
-        if isinstance(value, ndarray.NDArray) and value.dtype == amp.amp.bfloat16:
-            return True
-    return False
+    """Whether a call gives the op a bfloat16 input (an array, or a node of a graph)."""
+    return any(_dtype_of(value) == amp.amp.bfloat16
+               for value in list(args) + list(kwargs.values()))
 
 
 def _announcing(fun, name, told):
@@ -133,3 +157,44 @@ def announce(names):
             setattr(where, fun, wrapped)
             if where is module:
                 setattr(module.op, fun, wrapped)
+
+
+# How MXNet 1.9.1's CPU kernels refuse bfloat16 (type code 12) where their dtype switch has no
+# case for it, and where its message says the kernel is (it names no op).
+_NO_KERNEL = re.compile(r"(Unknown type enum|Unsupported data type) 12\b")
+_KERNEL_AT = re.compile(r'File "[^"]*?(src/operator/[^"]+)", line (\d+)')
+
+
+def missing_kernel(exc):
+    """Where MXNet refused bfloat16 for want of a CPU kernel, from its error.
+
+    Parameters
+    ----------
+    exc : BaseException
+
+    Returns
+    -------
+    tuple of (str, str) or None
+        ``(source, op)``: the kernel's source and line ('src/operator/nn/im2col-inl.h:105')
+        and the op its file is named after ('im2col'), each '' when the message does not say;
+        None when ``exc`` is not MXNet's "Unknown type enum 12" / "Unsupported data type 12".
+    """
+    text = str(exc) if isinstance(exc, MXNetError) else ""
+    if not _NO_KERNEL.search(text):
+        return None
+    places = _KERNEL_AT.findall(text)
+    if not places:
+        return "", ""
+    path, line = os.path.normpath(places[-1][0]), places[-1][1]
+    return "%s:%s" % (path, line), _op_of_file(os.path.basename(path))
+
+
+def _op_of_file(filename):
+    """The op a kernel's file is named after ('leaky_relu-inl.h': 'LeakyReLU'), or ''."""
+    def key(name):
+        return name.lower().replace("_", "")
+
+    stem = key(re.sub(r"(-inl)?\.(h|cc|cu)$", "", filename))
+    found = [name for name in operator.get_all_registered_operators()
+             if key(_bare(name)) == stem and not name.startswith(_NOT_LAYERS)]
+    return found[0] if len(found) == 1 else ""
