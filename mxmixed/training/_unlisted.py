@@ -7,7 +7,8 @@ and MXNet's error names no op and surfaces at the next sync, in an unrelated lin
 script. Only the ops of ``_core.convert.NO_BFLOAT16_CPU_OPS`` were probed; the others are
 unknown, so :func:`unlisted_ops` finds every registered op in none of the lists (AMP's and the
 caller's), mxmixed's bfloat16 AMP adds them to AMP's float32 list, and :func:`announce` makes
-the first call of each that meets bfloat16 warn once, naming it.
+the first call of each that meets bfloat16 warn once, naming it. A bfloat16 conversion
+(``symbolic``) keeps them float32 too, each named in its report.
 """
 import os
 import re
