@@ -127,6 +127,11 @@ def _announcing(fun, name, told):
             told.add(name)
             ops = list(amp.lists.symbol_bf16.BF16_FUNCS) + [name]
             warnings.warn(UNLISTED_NOTE % (name, ops), stacklevel=2)
+        out = kwargs.get("out")
+        if isinstance(out, ndarray.NDArray) and out.dtype == amp.amp.bfloat16:
+            # AMP's float32 wrapper would cast ``out`` too, and the result land in a copy
+            result = fun(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+            return ndarray.amp_cast(result, dtype=out.dtype, out=out)
         return fun(*args, **kwargs)
 
     wrapper.__name__, wrapper.__doc__ = fun.__name__, fun.__doc__

@@ -13,6 +13,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxmixed
+from mxmixed._core.dtypes import BFLOAT16
 from mxmixed._core.state import bfloat16_support
 from mxmixed.training._unlisted import unlisted_ops
 
@@ -86,3 +87,11 @@ def test_unlisted_ops_leave_out_ops_that_write_into_their_arguments():
     assert "im2col" in unlisted
     assert not unlisted & {"reset_arrays", "nag_mom_update", "preloaded_multi_sgd_update",
                            "_multi_adamw_update", "_backward_im2col", "amp_cast"}
+
+
+def test_an_unlisted_op_writing_into_a_bfloat16_out_array_fills_it():
+    x = mx.nd.amp_cast(mx.nd.array([[1, 2, 3]]), dtype=BFLOAT16)
+    out = mx.nd.amp_cast(mx.nd.zeros((1, 3)), dtype=BFLOAT16)
+    with mxmixed.amp_scope(target_dtype="bfloat16"), pytest.warns(UserWarning, match="cumsum"):
+        mx.nd.cumsum(x, axis=1, out=out)
+    assert mx.nd.amp_cast(out, dtype="float32").asnumpy().tolist() == [[1, 3, 6]]
