@@ -503,14 +503,14 @@ def _refusal(script, report, amp, fp32_ops=None):
     return _fp32_ops_problem(fp32_ops, amp) if fp32_ops else None
 
 
-def _fp32_ops_problem(fp32_ops, amp):
+def _fp32_ops_problem(fp32_ops, target):
     """Why ``--fp32-op`` cannot be used as given, or None."""
-    from ..training._unlisted import resolves
-
-    if amp != "bfloat16":
-        return "--fp32-op needs --amp bfloat16 (float16 runs keep ops float32 by themselves)"
     from mxnet.contrib import amp
 
+    from ..training._unlisted import resolves
+
+    if target != "bfloat16":
+        return "--fp32-op needs --amp bfloat16 (float16 runs keep ops float32 by themselves)"
     unknown = [op for op in fp32_ops if not resolves(op)]
     if unknown:
         return "--fp32-op %s: no such MXNet op (names as in mx.nd: im2col, _contrib_RROIAlign)" \
