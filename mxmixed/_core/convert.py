@@ -55,10 +55,11 @@ NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
                        "Correlation", "_contrib_MultiBoxPrior", "_contrib_box_iou",
                        "_contrib_box_nms", "_contrib_box_non_maximum_suppression")
 # The same for one value of an attribute ("Unknown type enum 12"), in the form of AMP's
-# conditional float32 list: the op's other variants run in bfloat16.
+# conditional float32 list: the op's other variants run in bfloat16. Pooling sum and LeakyReLU
+# rrelu (forward, pooling-inl.h / leaky_relu-inl.h) were found after the first probe.
 NO_BFLOAT16_CPU_VARIANTS = (("Activation", "act_type", ["softsign"]),
-                            ("LeakyReLU", "act_type", ["prelu"]),
-                            ("Pooling", "pool_type", ["lp"]))
+                            ("LeakyReLU", "act_type", ["prelu", "rrelu"]),
+                            ("Pooling", "pool_type", ["lp", "sum"]))
 
 
 class ConversionError(ValueError):

@@ -62,6 +62,9 @@ def add_parser(sub):
                      help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
                           "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
                           "print the median step time")
+    run.add_argument("--fp32-op", action="append", metavar="OP", dest="fp32_ops",
+                     help="with --amp bfloat16: keep OP (an MXNet op name, such as im2col) in "
+                          "float32, beside AMP's own float32 ops; repeat for several")
     run.add_argument("--unscale-before-clip", action="store_true",
                      help="unscale the gradients (amp.unscale) before the script clips them by "
                           "global norm while they carry the loss scale (gluon.utils."
@@ -76,7 +79,8 @@ def add_parser(sub):
 def command(args):
     return run_script(args.script, args.args, report=args.report,
                       emulation=not args.no_emulation, amp=getattr(args, "amp", None),
-                      unscale_before_clip=getattr(args, "unscale_before_clip", False))
+                      unscale_before_clip=getattr(args, "unscale_before_clip", False),
+                      fp32_ops=getattr(args, "fp32_ops", None))
 
 
 def main(argv=None):
@@ -393,7 +397,7 @@ def _float16_params(trainer):
 
 
 def run_script(script, argv=(), report=None, emulation=True, amp=None,
-               unscale_before_clip=False):
+               unscale_before_clip=False, fp32_ops=None):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
     Parameters
@@ -421,6 +425,8 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         they carry the loss scale; without it such a call is named in one warning line. Either
         way the report's ``scaled_clipping`` lists the call sites
         (:class:`mxmixed.training._clipwatch.ClipWatch`).
+    fp32_ops : sequence of str, optional
+        With ``amp``: ops kept float32 besides AMP's own float32 list.
 
     Returns
     -------
@@ -431,13 +437,15 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         itself), 2 when the script does not exist or the report cannot be written there
         (checked before the script runs: a missing folder, a folder, a symbolic link, a device
         or a FIFO). A final report that cannot be written (a full disk) is one line on stderr
-        and leaves the script's exit status as it is.
+        and leaves the script's exit status as it is. Under ``amp``, 2 also when bfloat16
+        reached an op without a CPU bfloat16 kernel (MXNet's "Unknown type enum 12"): one line
+        naming the kernel and ``--fp32-op``, instead of the traceback.
     """
     from ..diagnostics.steps import StepRecorder
     from ..training._amp import amp_scope
 
     report = _report_of_rank(os.path.abspath(report)) if report else None  # the script may chdir
-    refusal = _refusal(script, report, amp)
+    refusal = _refusal(script, report, amp, fp32_ops)
     if refusal:  # found before the script runs, not after an hour of training
         print("mxmixed run: error: %s" % refusal, file=sys.stderr)
         return 2
@@ -459,7 +467,7 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
             if recorder is not None:
                 stack.callback(recorder.uninstall)
             if amp:
-                stack.enter_context(amp_scope(target_dtype=amp))
+                stack.enter_context(amp_scope(target_dtype=amp, fp32_ops=_fp32_list(fp32_ops)))
                 stack.enter_context(_script_amp_init_noted(amp))
             watch = stack.enter_context(_clip_watch(script, unscale_before_clip, recorder))
             stack.enter_context(_as_main(script, argv))
@@ -473,7 +481,11 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
             raise
         _say("mxmixed run: warning: undoing the run's hooks after the script failed: %s"
              % _error_line(err))
-    if raised is not None:
+    missing = _missing_kernel_line(raised) if amp else None
+    if missing:
+        _say("mxmixed run: error: %s" % missing)
+        outcome.update(exit_code=2, error=missing)
+    elif raised is not None:
         _print_script_traceback(raised, script)
     try:
         closing = _closing_line(recorder, amp, state)
@@ -505,7 +517,7 @@ def _report_of_rank(report, environ=None):
     return "%s.rank%d%s" % (stem, rank, ext)
 
 
-def _refusal(script, report, amp):
+def _refusal(script, report, amp, fp32_ops=None):
     """Why the run cannot start, in one line, or None: checked before the script runs."""
     if not os.path.isfile(script):
         return "script %s %s" % (script, "is a folder, not a Python file"
@@ -517,7 +529,50 @@ def _refusal(script, report, amp):
         _amp_context(amp)
     except ValueError as err:
         return str(err)
+    return _fp32_ops_problem(fp32_ops, amp) if fp32_ops else None
+
+
+def _fp32_ops_problem(fp32_ops, target):
+    """Why ``--fp32-op`` cannot be used as given, or None."""
+    from mxnet.contrib import amp
+
+    from ..training._unlisted import resolves
+
+    if target != "bfloat16":
+        return "--fp32-op needs --amp bfloat16 (float16 runs keep ops float32 by themselves)"
+    unknown = [op for op in fp32_ops if not resolves(op)]
+    if unknown:
+        return "--fp32-op %s: no such MXNet op (names as in mx.nd: im2col, _contrib_RROIAlign)" \
+            % unknown[0]
+    low = [op for op in fp32_ops if op in amp.lists.symbol_bf16.BF16_FUNCS]
+    if low:
+        return "--fp32-op %s: bfloat16 AMP casts it to bfloat16 whatever other lists say; " \
+            "run without --amp to keep it float32" % low[0]
     return None
+
+
+def _fp32_list(fp32_ops):
+    """AMP's bfloat16 float32 list with ``fp32_ops`` added; None (AMP's own) without them."""
+    from mxnet.contrib import amp
+
+    if not fp32_ops:
+        return None
+    ops = list(amp.lists.symbol_bf16.FP32_FUNCS)
+    return ops + [op for op in fp32_ops if op not in ops]
+
+
+def _missing_kernel_line(exc):
+    """MXNet's error when bfloat16 reached an op without a CPU bfloat16 kernel, in one line
+    that names the kernel and the fix; None for any other error."""
+    from ..training._unlisted import missing_kernel
+
+    found = missing_kernel(exc) if exc is not None else None
+    if found is None:
+        return None
+    source, op = found
+    return ("bfloat16 reached an op without a CPU bfloat16 kernel (MXNet's 'Unknown type enum "
+            "12'%s names no op): keep it float32 with --fp32-op %s, or run without --amp"
+            % (" in %s" % source if source else "", op or "OP"))
 
 
 def _start_report(report, script, argv):

@@ -24,6 +24,7 @@ from .. import emulation
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
 from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
+from ._unlisted import announce, unlisted_ops
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
@@ -72,6 +73,18 @@ def _conditional_fp32_ops(target, conditional_fp32_ops):
     ops = list(conditional_fp32_ops if conditional_fp32_ops is not None
                else amp.lists.symbol_bf16.CONDITIONAL_FP32_FUNCS)
     return ops + [entry for entry in NO_BFLOAT16_CPU_VARIANTS if entry not in ops]
+
+
+def _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops):
+    """``amp.init`` with mxmixed's lists; for bfloat16 the ops none of the lists names are
+    float32 too, each announced once when it meets bfloat16 (``training._unlisted``)."""
+    unlisted = (unlisted_ops(target_precision_ops, conditional_fp32_ops, fp32_ops)
+                if target == "bfloat16" else [])
+    fp32 = _fp32_ops(target, fp32_ops)
+    amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
+             conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
+             fp32_ops=fp32 + unlisted if unlisted else fp32)
+    announce(unlisted)
 
 
 def _warn_hybridized_blocks():
@@ -131,7 +144,9 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
         For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs,
         ``batch_dot``, ``dot``, ...: ``NO_BFLOAT16_CPU_OPS``) are added to the float32 list,
         AMP's or the one given, and their variants (``Pooling`` with ``pool_type='lp'``, ...)
-        to the conditional float32 list.
+        to the conditional float32 list. The ops that none of the lists names (``im2col``,
+        ...; :func:`~mxmixed.training._unlisted.unlisted_ops`) are float32 too, each named in
+        one warning when it first meets bfloat16.
     emulate : {'auto', True, False}, default 'auto'
         CPU float16 emulation: ``'auto'`` when no GPU is visible, True always (on CPU
         contexts), False never.
@@ -200,9 +215,7 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
     _warn_hybridized_blocks()
     if mode:
         emulation.enable(mode)
-    amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-             conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
-             fp32_ops=_fp32_ops(target, fp32_ops))
+    _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops)
     AMP.settings = settings
 
 
@@ -282,9 +295,7 @@ def amp_scope(enabled: bool = True, target_dtype: str = "float16",
     try:
         with emulation.emulated(mode) if mode else contextlib.nullcontext():
             try:
-                amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
-                         conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
-                         fp32_ops=_fp32_ops(target, fp32_ops))
+                _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops)
                 AMP.settings = (target, target_precision_ops, conditional_fp32_ops, fp32_ops)
                 yield True
             finally:

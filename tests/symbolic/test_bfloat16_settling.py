@@ -118,6 +118,21 @@ def test_the_inception_family_converts_to_bfloat16(tmp_path, capsys):
     assert code == cli.EXIT_OK, err
 
 
+def test_an_op_in_no_bfloat16_list_stays_float32_and_the_model_validates(tmp_path, capsys):
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, num_filter=2, kernel=(3, 3), pad=(1, 1), name="conv")
+    sym = mx.sym.im2col(conv, kernel=(2, 2), name="unfold")  # no CPU bfloat16 kernel
+    rng = np.random.RandomState(0)
+    args = {"conv_weight": mx.nd.array(rng.uniform(-1, 1, (2, 1, 3, 3))),
+            "conv_bias": mx.nd.array(rng.uniform(-1, 1, (2,)))}
+    mx.model.save_checkpoint(str(tmp_path / "unfold"), 0, sym, args, {})
+    code, out, err = run_convert([str(tmp_path / "unfold"), "0", "--out", str(tmp_path / "out"),
+                                  "--dtype", "bfloat16", "--input-shape", "1,4,4"]
+                                 + _validate_args(2), capsys)
+    assert code == cli.EXIT_OK, err
+    assert "no bfloat16 kernel known" in out and "unfold" in out
+
+
 def test_a_node_no_cast_can_settle_is_one_line_naming_it():
     from mxmixed._core.convert import ConversionError, _refused_node
 
