@@ -423,14 +423,21 @@ def run_layouts(tmp_path, keep, kinds):
 LAYOUT_BLIND = ["relu", "conv", "add", "pool_dense"]
 
 
+@pytest.fixture(scope="module")
+def layout_runs(op, tmp_path_factory):
+    """Every reader of LAYOUT_RUN, BatchNorm included, with layouts kept and with plain
+    layouts: one interpreter each (the switch is read once per process)."""
+    folder = tmp_path_factory.mktemp("layouts")
+    return [run_layouts(folder, keep, LAYOUT_BLIND + ["bn"]) for keep in (True, False)]
+
+
 @pytest.mark.slow
-def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(op, tmp_path):
+def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(layout_runs):
     """With layouts kept (the default) the op rounds a convolution's blocked output in its own
     layout; a relu, a convolution, an add, a global pooling and a dense layer reading it (and
     their gradients) must give the bytes of the plain-layout route
     (MXMIXED_EMULATION_KEEP_LAYOUTS=0)."""
-    kept = run_layouts(tmp_path, True, LAYOUT_BLIND)
-    plain = run_layouts(tmp_path, False, LAYOUT_BLIND)
+    kept, plain = layout_runs
     assert kept["status"] == "built and loaded; keeps oneDNN layouts"
     assert plain["status"] == "built and loaded; plain layouts"
     assert kept["blocked_calls"] > 0 and plain["blocked_calls"] is None
@@ -440,13 +447,12 @@ def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(op, tmp_path):
 
 
 @pytest.mark.slow
-def test_kept_layouts_move_batchnorm_by_float32_rounding_only(op, tmp_path):
+def test_kept_layouts_move_batchnorm_by_float32_rounding_only(layout_runs):
     """BatchNorm's oneDNN kernels can give other float32 bits on the blocked layout than on
     plain layout (why MXMIXED_EMULATION_KEEP_LAYOUTS=0 is needed to reproduce earlier results;
     on an AVX2 CPU, 3757 of the 16384 outputs differed): the differences stay at float32
     rounding of the output's scale."""
-    kept = np.asarray(run_layouts(tmp_path, True, ["bn"])["bn"][0], np.float64)
-    plain = np.asarray(run_layouts(tmp_path, False, ["bn"])["bn"][0], np.float64)
+    kept, plain = (np.asarray(run["bn"][0], np.float64) for run in layout_runs)
     scale = np.abs(plain).max()
     assert scale > 1
     assert np.abs(kept - plain).max() <= 4 * np.finfo(np.float32).eps * scale
