@@ -51,16 +51,32 @@ def round16_symbol(op):
                                         "heads": [[1, 0, 0]]}))
 
 
+@pytest.fixture(scope="module")
+def without_f16c(op, tmp_path_factory):
+    """Both libraries compiled from scratch into an empty folder with F16C (and AVX-512F)
+    switched off: (folder, plain library, oneDNN-layout library, compiler wrapper)."""
+    import shutil
+    cxx = shutil.which(os.environ.get("CXX") or "g++")
+    wrapper = tmp_path_factory.mktemp("cxx") / "cxx-without-f16c"
+    # AVX-512F has conversions of its own (EVEX vcvtps2ph): off too, on a CPU that has it
+    wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c -mno-avx512f\n' % cxx)
+    wrapper.chmod(0o755)
+    folder = str(tmp_path_factory.mktemp("lib"))
+    return (folder, _round16.build(folder, cxx=str(wrapper)),
+            _round16.build(folder, cxx=str(wrapper), layouts=True), str(wrapper))
+
+
 @pytest.mark.slow
-def test_build_makes_a_library_in_the_directory_asked(tmp_path):
-    if _round16.round16_op() is None:
-        pytest.skip("no C++ compiler here: " + _round16.status())
-    path = _round16.build(str(tmp_path))
-    assert os.path.dirname(path) == str(tmp_path) and path.endswith(".so")
-    name = os.path.basename(path)
-    # the library, its record (size, sha256) and the build lock: no half-written file left
-    assert sorted(os.listdir(str(tmp_path))) == [".round16.lock", name, name + ".sha256"]
-    assert _round16.build(str(tmp_path)) == path  # cached
+def test_build_makes_a_library_in_the_directory_asked(without_f16c):
+    """Checked on the builds of test_a_cpu_without_f16c_gets_the_same_bits."""
+    folder, library, layouts, wrapper = without_f16c
+    assert os.path.dirname(library) == os.path.dirname(layouts) == folder
+    names = [os.path.basename(path) for path in (library, layouts)]
+    assert all(name.endswith(".so") for name in names)
+    # the libraries, their records (size, sha256) and the build lock: no half-written file left
+    assert sorted(os.listdir(folder)) == sorted(
+        [".round16.lock"] + names + [name + ".sha256" for name in names])
+    assert _round16.build(folder, cxx=wrapper) == library  # cached
 
 
 def test_every_source_of_the_op_ships_in_the_package():
@@ -129,20 +145,13 @@ np.save(sys.argv[3], np.stack([out.asnumpy(), x.grad.asnumpy()]))
 
 
 @pytest.mark.slow
-def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
+def test_a_cpu_without_f16c_gets_the_same_bits(op, without_f16c, tmp_path):
     """Without F16C (an old x86 CPU, or another architecture), the op is the scalar software
-    conversion; built here with F16C switched off (the op and its oneDNN-layout compute), it
+    conversion; built with F16C switched off (the op and its oneDNN-layout compute), it
     must round exactly as the vector path."""
-    import shutil
     import subprocess
     import sys
-    cxx = shutil.which(os.environ.get("CXX") or "g++")
-    wrapper = tmp_path / "cxx-without-f16c"
-    # AVX-512F has conversions of its own (EVEX vcvtps2ph): off too, on a CPU that has it
-    wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c -mno-avx512f\n' % cxx)
-    wrapper.chmod(0o755)
-    library = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper))
-    layouts = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper), layouts=True)
+    _, library, layouts, _ = without_f16c
     for built in (library, layouts):
         disassembly = subprocess.run(["objdump", "-d", built], capture_output=True, text=True)
         if disassembly.returncode == 0:
