@@ -192,17 +192,19 @@ def run_convert(argv, capsys):
     return code, out, err
 
 
-# The files that take longest (over 30 s each in a one-process run on a 2-core EPYC, the
-# rounding-library tests above 3 minutes), longest first. Under pytest-xdist they are handed out
-# first, then the notebooks, then the rest, so that the workers finish together
-# (--dist loadfile hands out whole files in collection order).
+# The files that take longest, longest first: about 130 CPU seconds for the loss-scaling notebook,
+# 100 for the rounding library's own tests, 60-90 for the ONNX export, the distributed launches
+# and the detectors, 20-50 for the rest (one file at a time on a loaded 2-core Xeon, 2026-11-27). Under
+# pytest-xdist they are handed out first, then the notebooks, then the rest, so that the workers
+# finish together (--dist loadfile hands out whole files in collection order).
 LONGEST_FIRST = (
-    "tests/emulation/test_round16_library.py", "tests/emulation/test_round16.py",
-    "tutorials/06_loss_scaling_experiment.ipynb", "tests/diagnostics/test_detectors.py",
-    "tests/distributed/test_dist_sync_launch.py", "tests/emulation/test_bits.py",
-    "tests/symbolic/test_onnx_export.py", "tests/emulation/test_cast_symbolblock.py",
-    "tests/run/test_real_clients.py", "tests/project/test_docs_site.py",
-    "tests/emulation/test_layouts.py", "tests/diagnostics/test_gradients.py",
+    "tutorials/06_loss_scaling_experiment.ipynb", "tests/emulation/test_round16_library.py",
+    "tests/symbolic/test_onnx_export.py", "tests/distributed/test_dist_sync_launch.py",
+    "tests/diagnostics/test_detectors.py", "tests/distributed/test_horovod_launch.py",
+    "tests/emulation/test_bits.py", "tests/emulation/test_cast_symbolblock.py",
+    "tests/run/test_real_clients.py", "tests/emulation/test_round16.py",
+    "tests/project/test_docs_site.py", "tests/emulation/test_layouts.py",
+    "tests/diagnostics/test_gradients.py",
 )
 
 

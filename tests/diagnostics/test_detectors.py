@@ -25,17 +25,21 @@ DETECTORS = [
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-    """``export(name)``: a gluoncv detector exported as a user would, loaded back."""
+    """``export(name)``: a gluoncv detector exported as a user would, loaded back (once per
+    name and module; the tests copy what they change)."""
     folder = tmp_path_factory.mktemp("detectors")
+    made = {}
 
     def make(name):
         from gluoncv.model_zoo import get_model
-        net = get_model(name, pretrained=False, pretrained_base=False)
-        net.initialize()
-        net.hybridize()
-        net(mx.nd.zeros((1, 3, SIZE, SIZE)))
-        net.export(str(folder / name))
-        return mx.model.load_checkpoint(str(folder / name), 0)
+        if name not in made:
+            net = get_model(name, pretrained=False, pretrained_base=False)
+            net.initialize()
+            net.hybridize()
+            net(mx.nd.zeros((1, 3, SIZE, SIZE)))
+            net.export(str(folder / name))
+            made[name] = mx.model.load_checkpoint(str(folder / name), 0)
+        return made[name]
     return make
 
 

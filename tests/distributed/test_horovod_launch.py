@@ -291,26 +291,39 @@ from mxnet import autograd, gluon
 import horovod.mxnet as hvd
 import mxmixed
 hvd.init()
-compression, out = sys.argv[1], sys.argv[2]
+out = sys.argv[1]
 mxmixed.init()
-net = gluon.nn.Dense(1, in_units=1, use_bias=False)
-net.initialize(mx.init.One())
-hvd.broadcast_parameters(net.collect_params(), root_rank=0)
-trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
-                                 compression=getattr(hvd.Compression, compression))
-scaler = mxmixed.init_trainer(trainer, mxmixed.LossScaler(init_scale=2.0 ** 15))
-log = {"scales": [], "applied": []}
-for _ in range(2):
-    log["scales"].append(scaler.loss_scale)
-    with autograd.record():
-        loss = 1.5 * net(mx.nd.ones((1, 1))).sum()
-        with mxmixed.scale_loss(loss, trainer) as scaled:
-            scaled.backward()
-    log["applied"].append(bool(mxmixed.step(trainer, 1)))
-log["weight"] = float(net.weight.data().asscalar())
-with open("%s.rank%d.json" % (out, hvd.rank()), "w") as handle:
-    json.dump(log, handle)
+for compression in ("none", "fp16"):  # a net, a trainer and a scaler of its own each
+    net = gluon.nn.Dense(1, in_units=1, use_bias=False)
+    net.initialize(mx.init.One())
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                     compression=getattr(hvd.Compression, compression))
+    scaler = mxmixed.init_trainer(trainer, mxmixed.LossScaler(init_scale=2.0 ** 15))
+    log = {"scales": [], "applied": []}
+    for _ in range(2):
+        log["scales"].append(scaler.loss_scale)
+        with autograd.record():
+            loss = 1.5 * net(mx.nd.ones((1, 1))).sum()
+            with mxmixed.scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        log["applied"].append(bool(mxmixed.step(trainer, 1)))
+    log["weight"] = float(net.weight.data().asscalar())
+    with open("%s.%s.rank%d.json" % (out, compression, hvd.rank()), "w") as handle:
+        json.dump(log, handle)
 """
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory):
+    """The folder of COMPRESSED's logs, both compressions in one job (one launch)."""
+    folder = tmp_path_factory.mktemp("compressed")
+    script = folder / "compressed.py"
+    script.write_text(COMPRESSED)
+    returncode, output = horovodrun([sys.executable, str(script), str(folder / "log")],
+                                    folder / "out.log")
+    assert returncode == 0, output[-3000:]
+    return folder
 
 
 @pytest.mark.slow
@@ -319,14 +332,9 @@ with open("%s.rank%d.json" % (out, hvd.rank()), "w") as handle:
     # the sum overflows in float16: skipped on both ranks; at half the scale it fits
     ("fp16", [False, True], [2.0 ** 15, 2.0 ** 14], 1 - 0.1 * 1.5),
 ])
-def test_fp16_compression_sums_the_scaled_gradients_in_float16(tmp_path, compression, applied,
+def test_fp16_compression_sums_the_scaled_gradients_in_float16(compressed, compression, applied,
                                                                scales, weight):
-    script = tmp_path / "compressed.py"
-    script.write_text(COMPRESSED)
-    returncode, output = horovodrun([sys.executable, str(script), compression,
-                                     str(tmp_path / "log")], tmp_path / "out.log")
-    assert returncode == 0, output[-3000:]
     for rank in (0, 1):
-        log = json.loads((tmp_path / ("log.rank%d.json" % rank)).read_text())
+        log = json.loads((compressed / ("log.%s.rank%d.json" % (compression, rank))).read_text())
         assert log["applied"] == applied and log["scales"] == scales
         assert log["weight"] == pytest.approx(weight, rel=1e-3)  # float16 gradients

@@ -51,16 +51,32 @@ def round16_symbol(op):
                                         "heads": [[1, 0, 0]]}))
 
 
+@pytest.fixture(scope="module")
+def without_f16c(op, tmp_path_factory):
+    """Both libraries compiled from scratch into an empty folder with F16C (and AVX-512F)
+    switched off: (folder, plain library, oneDNN-layout library, compiler wrapper)."""
+    import shutil
+    cxx = shutil.which(os.environ.get("CXX") or "g++")
+    wrapper = tmp_path_factory.mktemp("cxx") / "cxx-without-f16c"
+    # AVX-512F has conversions of its own (EVEX vcvtps2ph): off too, on a CPU that has it
+    wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c -mno-avx512f\n' % cxx)
+    wrapper.chmod(0o755)
+    folder = str(tmp_path_factory.mktemp("lib"))
+    return (folder, _round16.build(folder, cxx=str(wrapper)),
+            _round16.build(folder, cxx=str(wrapper), layouts=True), str(wrapper))
+
+
 @pytest.mark.slow
-def test_build_makes_a_library_in_the_directory_asked(tmp_path):
-    if _round16.round16_op() is None:
-        pytest.skip("no C++ compiler here: " + _round16.status())
-    path = _round16.build(str(tmp_path))
-    assert os.path.dirname(path) == str(tmp_path) and path.endswith(".so")
-    name = os.path.basename(path)
-    # the library, its record (size, sha256) and the build lock: no half-written file left
-    assert sorted(os.listdir(str(tmp_path))) == [".round16.lock", name, name + ".sha256"]
-    assert _round16.build(str(tmp_path)) == path  # cached
+def test_build_makes_a_library_in_the_directory_asked(without_f16c):
+    """Checked on the builds of test_a_cpu_without_f16c_gets_the_same_bits."""
+    folder, library, layouts, wrapper = without_f16c
+    assert os.path.dirname(library) == os.path.dirname(layouts) == folder
+    names = [os.path.basename(path) for path in (library, layouts)]
+    assert all(name.endswith(".so") for name in names)
+    # the libraries, their records (size, sha256) and the build lock: no half-written file left
+    assert sorted(os.listdir(folder)) == sorted(
+        [".round16.lock"] + names + [name + ".sha256" for name in names])
+    assert _round16.build(folder, cxx=wrapper) == library  # cached
 
 
 def test_every_source_of_the_op_ships_in_the_package():
@@ -129,20 +145,13 @@ np.save(sys.argv[3], np.stack([out.asnumpy(), x.grad.asnumpy()]))
 
 
 @pytest.mark.slow
-def test_a_cpu_without_f16c_gets_the_same_bits(op, tmp_path):
+def test_a_cpu_without_f16c_gets_the_same_bits(op, without_f16c, tmp_path):
     """Without F16C (an old x86 CPU, or another architecture), the op is the scalar software
-    conversion; built here with F16C switched off (the op and its oneDNN-layout compute), it
+    conversion; built with F16C switched off (the op and its oneDNN-layout compute), it
     must round exactly as the vector path."""
-    import shutil
     import subprocess
     import sys
-    cxx = shutil.which(os.environ.get("CXX") or "g++")
-    wrapper = tmp_path / "cxx-without-f16c"
-    # AVX-512F has conversions of its own (EVEX vcvtps2ph): off too, on a CPU that has it
-    wrapper.write_text('#!/bin/sh\nexec "%s" "$@" -mno-f16c -mno-avx512f\n' % cxx)
-    wrapper.chmod(0o755)
-    library = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper))
-    layouts = _round16.build(str(tmp_path / "lib"), cxx=str(wrapper), layouts=True)
+    _, library, layouts, _ = without_f16c
     for built in (library, layouts):
         disassembly = subprocess.run(["objdump", "-d", built], capture_output=True, text=True)
         if disassembly.returncode == 0:
@@ -423,14 +432,21 @@ def run_layouts(tmp_path, keep, kinds):
 LAYOUT_BLIND = ["relu", "conv", "add", "pool_dense"]
 
 
+@pytest.fixture(scope="module")
+def layout_runs(op, tmp_path_factory):
+    """Every reader of LAYOUT_RUN, BatchNorm included, with layouts kept and with plain
+    layouts: one interpreter each (the switch is read once per process)."""
+    folder = tmp_path_factory.mktemp("layouts")
+    return [run_layouts(folder, keep, LAYOUT_BLIND + ["bn"]) for keep in (True, False)]
+
+
 @pytest.mark.slow
-def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(op, tmp_path):
+def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(layout_runs):
     """With layouts kept (the default) the op rounds a convolution's blocked output in its own
     layout; a relu, a convolution, an add, a global pooling and a dense layer reading it (and
     their gradients) must give the bytes of the plain-layout route
     (MXMIXED_EMULATION_KEEP_LAYOUTS=0)."""
-    kept = run_layouts(tmp_path, True, LAYOUT_BLIND)
-    plain = run_layouts(tmp_path, False, LAYOUT_BLIND)
+    kept, plain = layout_runs
     assert kept["status"] == "built and loaded; keeps oneDNN layouts"
     assert plain["status"] == "built and loaded; plain layouts"
     assert kept["blocked_calls"] > 0 and plain["blocked_calls"] is None
@@ -440,13 +456,12 @@ def test_kept_layouts_change_no_bit_before_ops_that_ignore_layout(op, tmp_path):
 
 
 @pytest.mark.slow
-def test_kept_layouts_move_batchnorm_by_float32_rounding_only(op, tmp_path):
+def test_kept_layouts_move_batchnorm_by_float32_rounding_only(layout_runs):
     """BatchNorm's oneDNN kernels can give other float32 bits on the blocked layout than on
     plain layout (why MXMIXED_EMULATION_KEEP_LAYOUTS=0 is needed to reproduce earlier results;
     on an AVX2 CPU, 3757 of the 16384 outputs differed): the differences stay at float32
     rounding of the output's scale."""
-    kept = np.asarray(run_layouts(tmp_path, True, ["bn"])["bn"][0], np.float64)
-    plain = np.asarray(run_layouts(tmp_path, False, ["bn"])["bn"][0], np.float64)
+    kept, plain = (np.asarray(run["bn"][0], np.float64) for run in layout_runs)
     scale = np.abs(plain).max()
     assert scale > 1
     assert np.abs(kept - plain).max() <= 4 * np.finfo(np.float32).eps * scale

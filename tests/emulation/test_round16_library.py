@@ -213,6 +213,23 @@ def step(cache, **env):
     return proc.returncode, lines.get("STATUS"), lines.get("DIGEST"), warnings
 
 
+def seed_cache(folder, session_libraries, cxx=None, layouts=(False, True)):
+    """Copies of the session's libraries in ``folder``, under the names and with the records
+    that builds with the compiler ``cxx`` give them (``layouts``: which of the two): a cache
+    from which a run loads without compiling, for tests of loading rather than of compiling.
+    The paths of the copies."""
+    def copy_into(path, compiler, cxx, sources, flags, exports=()):
+        with open(session_libraries[_round16.LAYOUT_SOURCE in sources], "rb") as handle:
+            data = handle.read()
+        _round16._write_own(_round16._record_of(path), json.dumps({
+            "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode(), 0o644)
+        _round16._write_own(path, data, 0o755)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_round16, "_build_into", copy_into)
+        return [_round16.build(str(folder), cxx=cxx, layouts=which) for which in layouts]
+
+
 @pytest.fixture(scope="module")
 def cast_pairs(tmp_path_factory):
     code, status, digest, warnings = step(tmp_path_factory.mktemp("none"),
@@ -222,41 +239,32 @@ def cast_pairs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("library", ["round16-[0-9a-f]*.so", "round16-onednn-*.so"])
+@pytest.mark.parametrize("library", [0, 1], ids=["round16", "round16-onednn"])
 @pytest.mark.parametrize("cut", ["4096", "half"])
 def test_a_truncated_cached_library_gives_one_warning_and_the_same_bytes(
-        tmp_path, cast_pairs, library, cut):
-    import glob
+        tmp_path, cast_pairs, session_libraries, library, cut):
+    """A cache with both libraries, one of them cut: the run rebuilds it (a real compile)."""
     cache = tmp_path / "cache"
-    code, status, digest, warnings = step(cache)
-    assert (code, status, digest, warnings) == (
-        0, "built and loaded; keeps oneDNN layouts", cast_pairs, [])
-    [path] = glob.glob(str(cache / library))
+    path = seed_cache(cache, session_libraries)[library]
     os.truncate(path, 4096 if cut == "4096" else os.path.getsize(path) // 2)
     code, status, digest, warnings = step(cache)  # once SIGBUS inside MXLoadLib
     assert code == 0 and digest == cast_pairs
     assert len(warnings) == 1 and "damaged or not ours" in warnings[0], warnings
     assert status == "built and loaded; keeps oneDNN layouts"  # rebuilt
+    assert _round16._damage(path) is None
 
 
 @pytest.mark.slow
 def test_a_truncated_library_that_cannot_be_rebuilt_falls_back_to_the_cast_pairs(
-        tmp_path, cast_pairs):
-    """The compiler works for the first build only: the damaged library cannot be rebuilt, so
-    the emulation keeps the cast pairs, with one warning and the same bytes."""
-    import glob
-    import shutil
-    switch = tmp_path / "compiler-works"
-    switch.write_text("")
-    cxx = tmp_path / "cxx-once"
-    cxx.write_text('#!/bin/sh\n[ -e "%s" ] || exit 1\nexec "%s" "$@"\n' % (
-        switch, shutil.which("g++")))
+        tmp_path, cast_pairs, session_libraries):
+    """The libraries in the cache were built with a compiler that now fails: the damaged one
+    cannot be rebuilt, so the emulation keeps the cast pairs, with one warning and the same
+    bytes."""
+    cxx = tmp_path / "cxx-broken"
+    cxx.write_text("#!/bin/sh\nexit 1\n")
     cxx.chmod(0o755)
     cache = tmp_path / "cache"
-    assert step(cache, CXX=str(cxx))[:3] == (0, "built and loaded; keeps oneDNN layouts",
-                                            cast_pairs)
-    switch.unlink()
-    [path] = glob.glob(str(cache / "round16-[0-9a-f]*.so"))
+    path = seed_cache(cache, session_libraries, cxx=str(cxx))[0]
     os.truncate(path, os.path.getsize(path) // 2)
     code, status, digest, warnings = step(cache, CXX=str(cxx))
     assert code == 0 and digest == cast_pairs
@@ -274,19 +282,18 @@ __attribute__((constructor)) static void planted(void) {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [0o777, 0o757])
 def test_a_library_planted_in_a_folder_others_can_write_is_never_loaded(
-        tmp_path, cast_pairs, mode):
-    import glob
+        tmp_path, cast_pairs, session_libraries):
+    """Planted under the predictable names (the session's libraries'), with forged records;
+    the run builds its own (real compiles) in a private folder. Which modes count as
+    writable by others: test_a_folder_others_can_write_is_not_built_in."""
     import shutil
-    safe = tmp_path / "safe"
-    assert step(safe)[0] == 0  # learn the predictable names
     shared = tmp_path / "shared"
     shared.mkdir()
     marker = tmp_path / "constructor-ran"
     source = tmp_path / "planted.c"
     source.write_text(PLANTED % marker)
-    for name in glob.glob(str(safe / "round16-*.so")):
+    for name in session_libraries:
         target = str(shared / os.path.basename(name))
         subprocess.run([shutil.which("gcc") or "gcc", "-shared", "-fPIC", str(source), "-o",
                         target], check=True)
@@ -296,7 +303,7 @@ def test_a_library_planted_in_a_folder_others_can_write_is_never_loaded(
         with open(target + ".sha256", "w") as handle:
             json.dump({"size": len(data),
                        "sha256": hashlib.sha256(data).hexdigest()}, handle)
-    shared.chmod(mode)
+    shared.chmod(0o777)
     code, status, digest, warnings = step(shared)
     assert not marker.exists()
     assert code == 0 and digest == cast_pairs
@@ -338,12 +345,15 @@ def test_a_struct_copy_that_disagrees_with_libmxnet_is_refused_by_the_probe(tmp_
 
 
 @pytest.mark.slow
-def test_a_refused_probe_leaves_the_plain_compute_with_one_warning(tmp_path):
-    """End to end: the op keeps working on plain layouts, the same bytes, one warning."""
-    env = {"CXX": cxx_with(tmp_path, "-DMXMIXED_ROUND16_TEST_MISREAD=8")}
-    code, status, digest, warnings = step(tmp_path / "cache", **env)
-    plain = step(tmp_path / "plain", MXMIXED_EMULATION_KEEP_LAYOUTS="0")
-    assert code == 0 and digest == plain[2]
+def test_a_refused_probe_leaves_the_plain_compute_with_one_warning(tmp_path, cast_pairs,
+                                                                   session_libraries):
+    """End to end: the op keeps working on plain layouts, the same bytes, one warning. The
+    plain library is the session's (the define changes only the oneDNN-layout one, which the
+    run compiles)."""
+    cxx = cxx_with(tmp_path, "-DMXMIXED_ROUND16_TEST_MISREAD=8")
+    seed_cache(tmp_path / "cache", session_libraries, cxx=cxx, layouts=[False])
+    code, status, digest, warnings = step(tmp_path / "cache", CXX=cxx)
+    assert code == 0 and digest == cast_pairs
     assert status.startswith("built and loaded; plain layouts (RuntimeError: ")
     assert "probe check" in status
     assert len(warnings) == 1 and "cannot keep oneDNN layouts" in warnings[0], warnings
