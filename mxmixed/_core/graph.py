@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import io
 import json
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -198,9 +199,14 @@ def _record(node):
 
 
 class GraphSymbol(mx.sym.Symbol):
-    """A Symbol made from a :class:`Graph`, which :func:`as_graph` gives back unparsed."""
+    """A Symbol made from a :class:`Graph`, which :func:`as_graph` gives back unparsed.
 
-    __slots__ = ("_graph",)
+    It holds its Graph; the Graph holds it weakly, so that the two are freed as soon as the
+    Symbol is unused, not at the next collection of reference cycles (a long graph's records
+    are many times its file).
+    """
+
+    __slots__ = ("_graph", "__weakref__")
 
     def __repr__(self):
         return super().__repr__().replace("<GraphSymbol", "<Symbol", 1)
@@ -240,9 +246,12 @@ class Graph:
         self._consumers = None
         self._index = None
         self._dtypes = {}
-        self._symbol = symbol
+        self._symbol = symbol  # MXNet's graph, unlinked
+        self._symbol_ref = None  # a weak reference to the GraphSymbol handed out
         self._typing = None
-        self._base = self  # the graph whose Symbol's internal outputs type this one
+        # the graph whose Symbol's internal outputs type this one (None: this one; never
+        # itself, which would keep every Graph alive until the next collection of cycles)
+        self._base = None
         self.passes = set()  # graph passes that leave this graph as it is (emulation)
 
     @property
@@ -318,7 +327,7 @@ class Graph:
         Symbol is made of this graph's Symbol, not from JSON."""
         graph = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
         graph._nodes = self.nodes
-        graph._base = self._base
+        graph._base = self._typed_by()
         return graph
 
     def with_attrs(self, changes):
@@ -364,7 +373,7 @@ class Graph:
         return dict(types), dict(variables)
 
     def _infer_entries(self, entries, known):
-        typing = self._base._internal_outputs()
+        typing = self._typed_by()._internal_outputs()
         if typing is None or any((e[0], e[1]) not in typing[1] for e in entries):
             probe = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
             arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
@@ -376,6 +385,10 @@ class Graph:
         variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
                      if t is not None}
         return types, variables
+
+    def _typed_by(self):
+        """The graph whose Symbol's internal outputs type this one."""
+        return self if self._base is None else self._base
 
     def _internal_outputs(self):
         """``(internals, {entry: position})`` of this graph's Symbol, or None where node names
@@ -407,15 +420,18 @@ class Graph:
         return Rebuild(self)
 
     def to_symbol(self):
-        """The graph as a Symbol that knows this Graph (:func:`as_graph`), made once: from the
-        Symbol it was read from, if any (no JSON), else with :func:`load_graph`."""
-        if not isinstance(self._symbol, GraphSymbol):
-            if self._symbol is None and self._base is not self:
+        """The graph as a Symbol that knows this Graph (:func:`as_graph`), the same one while
+        it is in use; MXNet's graph is made once: from the Symbol it was read from, if any (no
+        JSON), else with :func:`load_graph`."""
+        linked = None if self._symbol_ref is None else self._symbol_ref()
+        if linked is None:
+            if self._symbol is None and self._base is not None:
                 self._symbol = self._from_base()
             if self._symbol is None:
                 self._symbol = load_graph(self)
-            self._symbol = _linked(self._symbol, self)
-        return self._symbol
+            linked = _linked(self._symbol, self)
+            self._symbol_ref = weakref.ref(linked)
+        return linked
 
     def _from_base(self):
         """This graph's Symbol made of its base's internal outputs, or None (no JSON)."""
