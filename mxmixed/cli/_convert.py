@@ -169,9 +169,13 @@ def command(args):
                                            batch_size=args.batch_size, progress=bars_wanted())
             _say(check)
         elif args.validate > 0:
-            check = symbolic.validate((sym, arg_params, aux_params), model, samples,
-                                      batch_size=args.batch_size, progress=bars_wanted(),
-                                      reference=model.calibration_outputs)
+            # compared with the calibration's float32 outputs, the model given does not run
+            # again: its graph (many times the file, for a long one) and its params go before
+            # the float16 run
+            given = (sym, arg_params, aux_params) if model.calibration_outputs is None else None
+            del sym, arg_params, aux_params
+            check = symbolic.validate(given, model, samples, batch_size=args.batch_size,
+                                      progress=bars_wanted(), reference=model.calibration_outputs)
             _say(check)
             if check.emulation:
                 print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
