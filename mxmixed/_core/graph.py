@@ -28,6 +28,8 @@ import contextlib
 import ctypes
 import io
 import json
+import sys
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -120,13 +122,21 @@ class Node(Mapping):
     changed copy to hand to :class:`Rebuild`); other modules read it only by the attributes
     (``tests/project/test_node_reads.py``). ``inputs`` holds ``(node, output, version)``
     tuples; ``attrs`` is a read-only mapping (empty when the node has none).
+
+    The record is kept in one compact form, the same for JSON: its inputs as tuples (not lists
+    and tuples both) and its op's name shared by every node of that op.
     """
 
-    __slots__ = ("_raw", "_inputs")
+    __slots__ = ("_raw",)
 
     def __init__(self, raw):
         self._raw = raw
-        self._inputs = None
+        inputs = raw["inputs"]
+        if type(inputs) is not tuple:
+            raw["inputs"] = tuple(tuple(e) for e in inputs)
+        op = raw["op"]
+        if type(op) is str:
+            raw["op"] = sys.intern(op)
 
     @property
     def op(self):
@@ -147,9 +157,7 @@ class Node(Mapping):
     @property
     def inputs(self):
         """tuple of (int, int, int): the entries read, ``(node, output, version)``."""
-        if self._inputs is None:
-            self._inputs = tuple(tuple(e) for e in self._raw["inputs"])
-        return self._inputs
+        return self._raw["inputs"]
 
     @property
     def is_variable(self):
@@ -198,9 +206,14 @@ def _record(node):
 
 
 class GraphSymbol(mx.sym.Symbol):
-    """A Symbol made from a :class:`Graph`, which :func:`as_graph` gives back unparsed."""
+    """A Symbol made from a :class:`Graph`, which :func:`as_graph` gives back unparsed.
 
-    __slots__ = ("_graph",)
+    It holds its Graph; the Graph holds it weakly, so that the two are freed as soon as the
+    Symbol is unused, not at the next collection of reference cycles (a long graph's records
+    are many times its file).
+    """
+
+    __slots__ = ("_graph", "__weakref__")
 
     def __repr__(self):
         return super().__repr__().replace("<GraphSymbol", "<Symbol", 1)
@@ -239,10 +252,14 @@ class Graph:
         self._readers = None
         self._consumers = None
         self._index = None
+        self._consumed = None
         self._dtypes = {}
-        self._symbol = symbol
+        self._symbol = symbol  # MXNet's graph, unlinked
+        self._symbol_ref = None  # a weak reference to the GraphSymbol handed out
         self._typing = None
-        self._base = self  # the graph whose Symbol's internal outputs type this one
+        # the graph whose Symbol's internal outputs type this one (None: this one; never
+        # itself, which would keep every Graph alive until the next collection of cycles)
+        self._base = None
         self.passes = set()  # graph passes that leave this graph as it is (emulation)
 
     @property
@@ -310,15 +327,18 @@ class Graph:
 
     def consumed_entries(self):
         """Every entry read by a node or returned as a head, sorted (list of (int, int))."""
-        return sorted({(src, out) for node in self.nodes for src, out, _ in node.inputs}
-                      | {(src, out) for src, out, _ in self.json["heads"]})
+        if self._consumed is None:
+            self._consumed = tuple(sorted(
+                {(src, out) for node in self.nodes for src, out, _ in node.inputs}
+                | {(src, out) for src, out, _ in self.json["heads"]}))
+        return list(self._consumed)
 
     def with_heads(self, entries):
         """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs); its
         Symbol is made of this graph's Symbol, not from JSON."""
         graph = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
         graph._nodes = self.nodes
-        graph._base = self._base
+        graph._base = self._typed_by()
         return graph
 
     def with_attrs(self, changes):
@@ -364,37 +384,39 @@ class Graph:
         return dict(types), dict(variables)
 
     def _infer_entries(self, entries, known):
-        typing = self._base._internal_outputs()
-        if typing is None or any((e[0], e[1]) not in typing[1] for e in entries):
+        typing = self._typed_by()._internal_outputs()
+        where = None if typing is None else [typing[1].get(e) for e in entries]
+        if where is None or None in where:
             probe = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
             arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
             types = dict(zip(entries, out_types))
         else:
-            internals, where = typing
-            arg_types, out_types, aux_types = infer_types(internals, known)
-            types = {(e[0], e[1]): out_types[where[(e[0], e[1])]] for e in entries}
+            arg_types, out_types, aux_types = infer_types(typing[0], known)
+            types = {(e if type(e) is tuple and len(e) == 2 else (e[0], e[1])): out_types[k]
+                     for e, k in zip(entries, where)}
         variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
                      if t is not None}
         return types, variables
 
+    def _typed_by(self):
+        """The graph whose Symbol's internal outputs type this one."""
+        return self if self._base is None else self._base
+
     def _internal_outputs(self):
-        """``(internals, {entry: position})`` of this graph's Symbol, or None where node names
-        repeat (an internal output is known by its node's name)."""
+        """``(internals, where)`` of this graph's Symbol (:class:`_Positions`), or None where
+        node names repeat (an internal output is known by its node's name) or a node's outputs
+        are not listed together."""
         if self._typing is None:
             names = [node.name for node in self.nodes]
-            if len(set(names)) != len(names):
-                self._typing = (None,)
-            else:
+            self._typing = (None,)
+            if len(set(names)) == len(names):
                 internals = self.to_symbol().get_internals()
                 index = {name: i for i, name in enumerate(names)}
-                where, seen = {}, {}
+                where = _Positions(len(names))
                 for k in range(len(internals.list_outputs())):
                     node = index.get(internals[k].name)
-                    if node is None:
-                        self._typing = (None,)
+                    if node is None or not where.append(node, k):
                         return None
-                    out = seen[node] = seen.get(node, -1) + 1
-                    where[(node, out)] = k
                 self._typing = (internals, where)
         return None if self._typing[0] is None else self._typing
 
@@ -407,25 +429,57 @@ class Graph:
         return Rebuild(self)
 
     def to_symbol(self):
-        """The graph as a Symbol that knows this Graph (:func:`as_graph`), made once: from the
-        Symbol it was read from, if any (no JSON), else with :func:`load_graph`."""
-        if not isinstance(self._symbol, GraphSymbol):
-            if self._symbol is None and self._base is not self:
+        """The graph as a Symbol that knows this Graph (:func:`as_graph`), the same one while
+        it is in use; MXNet's graph is made once: from the Symbol it was read from, if any (no
+        JSON), else with :func:`load_graph`."""
+        linked = None if self._symbol_ref is None else self._symbol_ref()
+        if linked is None:
+            if self._symbol is None and self._base is not None:
                 self._symbol = self._from_base()
             if self._symbol is None:
                 self._symbol = load_graph(self)
-            self._symbol = _linked(self._symbol, self)
-        return self._symbol
+            linked = _linked(self._symbol, self)
+            self._symbol_ref = weakref.ref(linked)
+        return linked
 
     def _from_base(self):
         """This graph's Symbol made of its base's internal outputs, or None (no JSON)."""
         typing = self._base._internal_outputs()
         heads = [(src, out) for src, out, _ in self.json["heads"]]
-        if typing is None or any(head not in typing[1] for head in heads):
+        where = None if typing is None else [typing[1].get(head) for head in heads]
+        if where is None or None in where:
             return None
-        internals, where = typing
-        outputs = [internals[where[head]] for head in heads]
+        outputs = [typing[0][k] for k in where]
         return outputs[0] if len(outputs) == 1 else mx.sym.Group(outputs)
+
+
+class _Positions:
+    """Where each entry ``(node, output)`` of a graph sits among its Symbol's internal outputs,
+    which MXNet lists node by node, outputs in order: per node, the position of its output 0
+    and its number of outputs (two machine integers a node, not a dict entry an output)."""
+
+    __slots__ = ("first", "count")
+
+    def __init__(self, size):
+        self.first = array.array("q", [0]) * size
+        self.count = array.array("q", [0]) * size
+
+    def append(self, node, k):
+        """Internal output ``k`` is the next output of ``node``; False where it does not follow
+        the node's earlier outputs."""
+        if self.count[node] == 0:
+            self.first[node] = k
+        elif self.first[node] + self.count[node] != k:
+            return False
+        self.count[node] += 1
+        return True
+
+    def get(self, entry):
+        """The position of ``entry`` (``(node, output, ...)``), or None where it has none."""
+        node, out = entry[0], entry[1]
+        if 0 <= node < len(self.count) and 0 <= out < self.count[node]:
+            return self.first[node] + out
+        return None
 
 
 def as_graph(graph):

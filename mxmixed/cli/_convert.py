@@ -155,34 +155,45 @@ def command(args):
     tolerance = args.tolerance or args.search_tolerance or DEFAULT_TOLERANCE[args.dtype]
     _check_convert_files(args, symbolic)
     try:
-        sym, arg_params, aux_params = symbolic.load_checkpoint(args.prefix, args.epoch)
-        _check_excluded_layers(args, sym)
-        samples, shape, types = convert_samples(args, symbolic, sym, arg_params, aux_params)
-        model = _convert_model(args, symbolic, sym, arg_params, aux_params, samples, types)
-        check = exported = None
+        given = symbolic.load_checkpoint(args.prefix, args.epoch)
+        _check_excluded_layers(args, given[0])
+        samples, shape, types = convert_samples(args, symbolic, *given)
+        model = _convert_model(args, symbolic, *given, samples, types)
+        exported = None
         if args.format == "onnx":
-            exported = symbolic.export_onnx(model, shape, (sym, arg_params, aux_params),
-                                            input_types=types)
+            exported = symbolic.export_onnx(model, shape, given, input_types=types)
             _say(exported)
-        if args.validate > 0 and exported is not None:
-            check = symbolic.validate_onnx((sym, arg_params, aux_params), exported, samples,
-                                           batch_size=args.batch_size, progress=bars_wanted())
-            _say(check)
-        elif args.validate > 0:
-            check = symbolic.validate((sym, arg_params, aux_params), model, samples,
-                                      batch_size=args.batch_size, progress=bars_wanted(),
-                                      reference=model.calibration_outputs)
-            _say(check)
-            if check.emulation:
-                print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
-            if check.inconclusive:
-                print("mxmixed convert: warning: validation is inconclusive: %s"
-                      % check.inconclusive, file=sys.stderr)
+        elif args.validate == 0 or model.calibration_outputs is not None:
+            # not run again (the validation compares with the calibration's float32 outputs):
+            # the model given, its graph many times its file for a long one, goes before the
+            # float16 run and the write
+            given = None
+        check = (_validate(args, symbolic, given, model, exported, samples)
+                 if args.validate > 0 else None)
     except symbolic.ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % one_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
+
+
+def _validate(args, symbolic, given, model, exported, samples):
+    """The converted model (or ONNX file) against the model given, or against the float32
+    outputs of the calibration where ``given`` is None; printed as it is known."""
+    if exported is not None:
+        check = symbolic.validate_onnx(given, exported, samples, batch_size=args.batch_size,
+                                       progress=bars_wanted())
+        _say(check)
+        return check
+    check = symbolic.validate(given, model, samples, batch_size=args.batch_size,
+                              progress=bars_wanted(), reference=model.calibration_outputs)
+    _say(check)
+    if check.emulation:
+        print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
+    if check.inconclusive:
+        print("mxmixed convert: warning: validation is inconclusive: %s"
+              % check.inconclusive, file=sys.stderr)
+    return check
 
 
 def _say(*parts):

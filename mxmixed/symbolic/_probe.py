@@ -82,6 +82,7 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
                 stats.diff[k] = max(stats.diff[k], float(diff.max(initial=0.0)))
         if keep:
             kept.append(acts)
+    runner.release()
     return [np.concatenate(parts) for parts in outputs], stats, kept
 
 
@@ -205,9 +206,7 @@ def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc
         hook.check()
         for store, out in zip(outputs, outs[:len(heads)]):
             store.append(out)
-    # a Gluon block lives in reference cycles until the collector runs: its MXNet graph and
-    # run state go now, before the validation builds its own
-    runner.block._clear_cached_op()
+    runner.release()
     return [np.concatenate(parts) for parts in outputs], hook.peak
 
 

@@ -112,7 +112,8 @@ class Runner:
         self.input_types = dict(input_types or {})
         if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
             model = (model.symbol, model.arg_params, model.aux_params)
-        if isinstance(model, tuple) and len(model) == 3:
+        self.owned = isinstance(model, tuple) and len(model) == 3
+        if self.owned:
             self.block = symbol_block(*model, ctx, input_types=self.input_types)
         elif isinstance(model, gluon.Block):
             self.block = model
@@ -127,6 +128,13 @@ class Runner:
         self.types = dict(block_facts(self.block).input_dtypes or {"data": FLOAT32})
         self.input_dtype = (np.dtype(input_dtype or list(self.types.values())[0])
                             if len(self.types) == 1 else None)
+
+    def release(self):
+        """Free the MXNet graph and run state of a block this runner built, now: a Gluon block
+        lives in reference cycles until the collector runs, and the next model's run would
+        find them still there. A later call builds them again."""
+        if self.owned:
+            self.block._clear_cached_op()
 
     @staticmethod
     def _has_float16(block):
@@ -180,6 +188,7 @@ def run_batches(runner, batches, progress, desc):
             outputs = [[] for _ in outs]
         for store, out in zip(outputs, outs):
             store.append(out)
+    runner.release()
     return [np.concatenate(parts) for parts in outputs]
 
 
@@ -316,7 +325,8 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     ----------
     fp32_model, fp16_model : mxnet.gluon.Block, ConvertedModel or tuple
         Gluon blocks (a :func:`load_float16` block, a hybridized net), converted models, or
-        ``(sym, arg_params, aux_params)`` tuples.
+        ``(sym, arg_params, aux_params)`` tuples. ``fp32_model`` may be None when
+        ``reference`` is given: it does not run then.
     inputs : array-like, dict or iterable
         An array of samples ``(N, ...)`` (split into batches) for a model with one data input;
         a dict of named arrays, one per data input of the graph, all with the same first

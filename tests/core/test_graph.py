@@ -1,5 +1,7 @@
 """The Graph value of ``mxmixed._core.graph``: parsed once, its readers and its round trip."""
+import gc
 import json
+import weakref
 
 import mxnet as mx
 import pytest
@@ -33,6 +35,20 @@ def test_to_symbol_round_trips_the_json():
     made = graph.to_symbol()
     assert made is graph.to_symbol() and as_graph(made) is graph
     assert made.tojson() == sym.tojson() and repr(made) == repr(sym)
+
+
+def test_a_graph_typed_and_made_a_symbol_is_freed_without_the_cycle_collector():
+    graph = Graph(json.loads(_net().tojson(remove_amp_cast=False)))
+    graph.entry_dtypes(graph.consumed_entries(), {"data": "float32"})
+    probe = graph.with_heads([(graph.index("fc0"), 0)])
+    probe.to_symbol()
+    gone = [weakref.ref(graph), weakref.ref(probe)]
+    gc.disable()
+    try:
+        del graph, probe
+        assert [ref() for ref in gone] == [None, None]
+    finally:
+        gc.enable()
 
 
 def test_nodes_are_read_only_and_an_edit_is_a_new_graph():
