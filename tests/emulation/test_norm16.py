@@ -285,3 +285,115 @@ def test_layernorm_is_the_gpu_kernels_arithmetic_bit_for_bit(shape, safe, emu):
         layernorm_data_grad_gpu(dy, x, gamma, mean, std, safe)))
     for got, expected in zip(grads[1:], layernorm_param_grads_gpu(dy, x, mean, std, safe)):
         np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+# ----------------------------------------------------------- against float64, either setting
+def _ulp(a):
+    return np.spacing(np.abs(np.asarray(a, F16))).astype(np.float64)
+
+
+def _accumulation_unit(safe):
+    """The unit roundoff of AType: float32's with the variable set, float16's without."""
+    return 2.0 ** -24 if safe else 2.0 ** -11
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["float16-sums", "safe-accumulation"])
+def test_softmax_is_within_the_accumulation_bound_of_float64(safe, emu):
+    # per element: one float16 ulp, plus first-order error bounds of the float16 roundings
+    # (x - max, dy * y, dy - sum: 2**-11 relative each) and of M-term sums in AType
+    _setting(emu, safe)
+    rng = np.random.RandomState(7)
+    x = (rng.randn(16, 256) * 4).astype(F16)
+    dy = (rng.randn(16, 256) * 0.1).astype(F16)
+    y, (grad,) = _run(mx.nd.softmax, [x], dy, axis=-1)
+    x64, m, u = x.astype(np.float64), x.shape[1], _accumulation_unit(safe)
+    d = x64 - x64.max(axis=1, keepdims=True)
+    exact = np.exp(d) / np.exp(d).sum(axis=1, keepdims=True)
+    bound = exact * (2 * np.abs(d).max() * 2.0 ** -11 + (m + 2) * u + 2.0 ** -11) + _ulp(exact)
+    assert (np.abs(y.astype(np.float64) - exact) <= bound).all()
+    y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
+    total = (dy64 * y64).sum(axis=1, keepdims=True)
+    exact_grad = y64 * (dy64 - total)
+    sum_error = (2.0 ** -11 + m * u) * np.abs(dy64 * y64).sum(axis=1, keepdims=True)
+    bound = y64 * (np.abs(dy64 - total) * 2 * 2.0 ** -11 + sum_error) + _ulp(exact_grad)
+    assert (np.abs(grad.astype(np.float64) - exact_grad) <= bound).all()
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["float16-sums", "safe-accumulation"])
+def test_layernorm_is_within_the_accumulation_bound_of_float64(safe, emu):
+    # mean and variance from C-term sums in AType (first order: C * u relative), then four
+    # float16 roundings (invstd, the normalised value, gamma * n, + beta: the last in the ulp)
+    _setting(emu, safe)
+    rng = np.random.RandomState(8)
+    x = (rng.randn(12, 768) * 3 + 2).astype(F16)
+    gamma = rng.uniform(0.5, 1.5, 768).astype(F16)
+    beta = rng.uniform(-0.5, 0.5, 768).astype(F16)
+    out = mx.nd.LayerNorm(*[mx.nd.array(a, dtype=F16) for a in (x, gamma, beta)]).asnumpy()
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=1, keepdims=True), x64.var(axis=1, keepdims=True)
+    n = (x64 - mean) / np.sqrt(var + 1e-5)
+    g = gamma.astype(np.float64)
+    exact = g * n + beta.astype(np.float64)
+    c, u = x.shape[1], _accumulation_unit(safe)
+    shift = c * u * np.abs(x64).max(axis=1, keepdims=True) / np.sqrt(var)
+    bound = np.abs(g) * (np.abs(n) * (3 * 2.0 ** -11 + c * u) + shift) + 2 * _ulp(exact)
+    assert (np.abs(out.astype(np.float64) - exact) <= bound).all()
+
+
+def test_the_two_settings_give_different_float16_results(emu):
+    # the variable is read at each run, here of one hybridized block, as MXNet reads it
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.LayerNorm(in_channels=256), gluon.nn.HybridLambda(
+        lambda F, a: F.softmax(a * 4, axis=-1)))
+    net.initialize()
+    net.cast("float16")
+    net.hybridize()
+    x = mx.nd.array(np.random.RandomState(3).randn(8, 256) * 3 + 1, dtype=F16)
+    results = {}
+    for value in ("0", "true", "1", "false", ""):
+        emu.setenv(SAFE_ACCUMULATION, value)
+        results[value] = net(x).asnumpy()
+    assert (results["true"] == results["1"]).all() and (results["0"] == results[""]).all()
+    assert (results["0"] == results["false"]).all()
+    assert (results["0"] != results["1"]).any()
+    emu.setenv(SAFE_ACCUMULATION, "yes")
+    with pytest.raises(mx.base.MXNetError, match="MXNET_SAFE_ACCUMULATION"):
+        net(x).asnumpy()
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["float16-sums", "safe-accumulation"])
+def test_hybridized_block_computes_what_the_imperative_ops_compute(safe, emu):
+    _setting(emu, safe)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(96, flatten=False), gluon.nn.LayerNorm(in_channels=96),
+            gluon.nn.HybridLambda(lambda F, a: F.softmax(a, axis=-1)))
+    net.initialize(mx.init.Xavier())
+    net.cast("float16")
+    x = mx.nd.array(np.random.RandomState(4).randn(2, 5, 40), dtype=F16)
+    imperative = net(x).asnumpy()
+    net.hybridize()
+    np.testing.assert_array_equal(_bits(net(x).asnumpy()), _bits(imperative))
+
+
+def test_softmax_with_lengths_and_layernorm_on_another_axis_keep_their_native_kernels(emu):
+    data = mx.sym.var("data")
+    length = mx.sym.var("length", dtype="int32")
+    masked = mx.sym.softmax(data, length, axis=-1, use_length=True)
+    first_axis = mx.sym.LayerNorm(data, axis=0)
+    for sym in (masked, first_axis):
+        assert "_mxmixed_" not in emulation.emulate_symbol(sym, {"data": F16}).tojson()
+    assert "_mxmixed_softmax16" in emulation.emulate_symbol(mx.sym.softmax(data),
+                                                            {"data": F16}).tojson()
+
+
+def test_the_op_table_says_what_the_gpu_computes_under_each_setting():
+    for op in ("softmax", "LayerNorm"):
+        spec = EMULATED_OPS[op]
+        assert spec.setting == SAFE_ACCUMULATION
+        assert gpu_arithmetic(spec, {}) == spec.gpu[False] != spec.gpu[True]
+        assert gpu_arithmetic(spec, {SAFE_ACCUMULATION: "TRUE"}) == spec.gpu[True]
+    assert gpu_arithmetic(EMULATED_OPS["FullyConnected"], {}) == EMULATED_OPS["FullyConnected"].gpu
+    assert [setting_value("V", {"V": v}) for v in ("", "0", "False", "1", "true")] == [
+        False, False, False, True, True]
+    with pytest.raises(ValueError, match="V='on'"):
+        setting_value("V", {"V": "on"})
