@@ -196,6 +196,9 @@ def _make_nd_wrapper(op_name, original, spec):
             if library_op(computed_by) is None:
                 return original(*args, **kwargs)
             compute = _library_compute(computed_by)
+            # the library's op takes its inputs in the signature's order, not the call's
+            new_args += [new_kwargs.pop(n) for n in names[len(new_args):]
+                         if isinstance(new_kwargs.get(n), NDArray)]
         if op_name == "Deconvolution" and conv_form_applies(kwargs):
             compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):

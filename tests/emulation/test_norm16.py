@@ -397,3 +397,14 @@ def test_the_op_table_says_what_the_gpu_computes_under_each_setting():
         False, False, False, True, True]
     with pytest.raises(ValueError, match="V='on'"):
         setting_value("V", {"V": "on"})
+
+
+def test_layernorm_inputs_given_by_name_in_any_order_are_its_inputs(emu):
+    rng = np.random.RandomState(5)
+    x, gamma, beta = (mx.nd.array(rng.randn(*s), dtype=F16) for s in ((3, 40), (40,), (40,)))
+    by_position = mx.nd.LayerNorm(x, gamma, beta).asnumpy()
+    by_name = mx.nd.LayerNorm(beta=beta, data=x, gamma=gamma).asnumpy()
+    np.testing.assert_array_equal(_bits(by_name), _bits(by_position))
+    mean = mx.nd.LayerNorm(x, gamma, beta, output_mean_var=True)[1].asnumpy()
+    np.testing.assert_array_equal(_bits(mean), _bits(layernorm_gpu(
+        x.asnumpy(), gamma.asnumpy(), beta.asnumpy(), 1e-5, False)[1]))
