@@ -82,7 +82,7 @@ SPECS = {
 }
 # backward compared too
 GRADS = ("fc", "fc_bias", "conv3x3_bias", "batchnorm_train", "gelu", "softmax_safe_acc",
-         "selfatt_qk", "selfatt_valatt")
+         "layernorm_safe_acc", "selfatt_qk", "selfatt_valatt")
 # run with MXNET_SAFE_ACCUMULATION=1 on the CPU: the GPU side accumulates in float32
 SAFE_ACCUMULATION = ("softmax_safe_acc", "layernorm_safe_acc")
 SQRT2 = 2.0 ** 0.5
@@ -296,17 +296,36 @@ def _torch_nlp(torch, kind, attrs, ins, dtype):
         d = rnd(work(x) - work(x.max(-1, keepdim=True).values))
         y = rnd(torch.exp(work(d)) / torch.exp(work(d)).sum(-1, keepdim=True))
 
-        def backward(dy):  # sum of half_t products (each rounded), then one rounding
+        def backward(dy):  # sum of half_t products (mshadow_op::mul, each rounded); then
+            # softmax_bwd's out * (ograd - sum): half_t - float is half_t, so two roundings
             total = work(rnd(work(dy) * work(y))).sum(-1, keepdim=True)
-            return [rnd(work(y) * (work(dy) - total))]
+            return [rnd(work(y) * work(rnd(work(dy) - total)))]
         return y, backward
-    if kind == "ln":  # layer_norm.cu, AType float: normalise, round; * gamma, round; + beta
-        xf = work(x)
-        mean = xf.mean(-1, keepdim=True)
-        var = ((xf - mean) ** 2).mean(-1, keepdim=True)
-        n = rnd(1.0 / torch.sqrt(var + 1e-5) * (xf - mean))
-        return rnd(work(rnd(work(ins[1]) * work(n))) + work(ins[2])), None
+    if kind == "ln":
+        return _torch_layernorm(torch, ins, work, rnd)
     return _torch_attention(torch, kind, attrs, ins, work, rnd)
+
+
+def _torch_layernorm(torch, ins, work, rnd):
+    """LayerNorm on the last axis as layer_norm.cu's kernels compute it with AType float
+    (MXNET_SAFE_ACCUMULATION=1): ``invstd_eps = DType(1.0) / std_eps`` is half_t / float, a
+    float16 value; the normalised value, ``gamma *`` it and ``+ beta`` each round (half_t).
+    The backward reads the float16 ``mean`` and ``std`` outputs and rounds once."""
+    x, gamma, beta = (work(a) for a in ins)
+    mean = x.mean(-1, keepdim=True)
+    std = torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+    n = rnd(work(rnd(1.0 / std)) * (x - mean))
+    y = rnd(work(rnd(gamma * work(n))) + beta)
+    mean16, std16 = work(rnd(mean)), work(rnd(std))
+
+    def backward(dy):  # LayerNormFusedBackwardKernel_Data and _PartGammaBeta/_GammaBeta
+        g, inv, centred = work(dy), 1.0 / std16, x - mean16
+        s0 = (g * gamma * inv).mean(-1, keepdim=True)
+        s1 = (g * gamma * centred * inv * inv).mean(-1, keepdim=True)
+        rows = (-1, x.shape[-1])
+        return [rnd(g * gamma * inv - s0 - centred * inv * s1),
+                rnd((centred / std16 * g).reshape(rows).sum(0)), rnd(g.reshape(rows).sum(0))]
+    return y, backward
 
 
 def _interleaved(qkv, heads):

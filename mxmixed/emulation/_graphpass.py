@@ -211,8 +211,8 @@ def emulates(node):
     """Whether a node of an emulated op type is emulated: its attributes match the op's entry,
     and the rounding library is there when the entry computes with one of its ops."""
     spec = EMULATED_OPS[node.op]
-    return applies(spec, node.attrs) and (not library_compute(spec, node.attrs)
-                                          or library_op(LIBRARY_OP) is not None)
+    computed_by = library_compute(spec, node.attrs)
+    return applies(spec, node.attrs) and (not computed_by or library_op(computed_by) is not None)
 
 
 def _float32_entries(graph, entries):
@@ -261,8 +261,11 @@ def _op_nodes(node, rewritten, first_id):
     """The node itself, or for an emulated Deconvolution the Convolution that computes it."""
     if rewritten and node.op == "Deconvolution" and conv_form_applies(node.attrs):
         return deconvolution_nodes(node, first_id)
-    if rewritten and library_compute(EMULATED_OPS[node.op], node.attrs):
+    computed_by = rewritten and library_compute(EMULATED_OPS[node.op], node.attrs)
+    if computed_by == LIBRARY_OP:
         return [dict(node, op=LIBRARY_OP, attrs={"act_type": node.attrs["act_type"]})]
+    if computed_by:  # the op's own attributes (axis, eps) go to the library's op
+        return [dict(node, op=computed_by)]
     return [node]
 
 
@@ -350,7 +353,8 @@ def rewritten_op_types(sym: "mx.sym.Symbol") -> Set[str]:
     """
     nodes = as_graph(sym).nodes
     computed_by = {"gelu": "LeakyReLU"}  # the library's other act_types are Activation's
+    kernels = {spec.kernel: op for op, spec in EMULATED_OPS.items() if spec.kernel}
     return {computed_by.get(node.attrs.get("act_type"), "Activation") if node.op == LIBRARY_OP
-            else node.op for node in nodes if node.op != "null"
+            else kernels.get(node.op, node.op) for node in nodes if node.op != "null"
             and any(is_input_cast(nodes[src].name, node.name)
                     for src, _, _ in node.inputs)}

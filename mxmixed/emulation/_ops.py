@@ -16,19 +16,22 @@ kernels do (FCForward's ``AddBias`` / ``add_bias_kernel``; ``cudnnAddTensor`` af
 
 Ops are added to the second group only from measurement: ``benchmarks/op_survey.py`` times
 each op that gluoncv's model zoo and the tutorials use, in float16 and float32, on CPU.
-Reductions and softmax are deliberately absent even when slow: MXNet accumulates them in
-float16 unless ``MXNET_SAFE_ACCUMULATION=1``, so running them in float32 would change the
-numerics; they keep their native (slow but faithful) CPU float16 kernels.
+Reductions are deliberately absent even when slow: MXNet accumulates them in float16 unless
+``MXNET_SAFE_ACCUMULATION=1``, so running them in float32 would change the numerics; they keep
+their native (slow but faithful) CPU float16 kernels. softmax and LayerNorm, whose GPU
+arithmetic depends on that variable (:attr:`OpSpec.setting`), are computed by the rounding
+library in the GPU kernels' own order, whichever way the variable is set at the op's run.
 """
+import os
 from collections import namedtuple
 
 __all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS", "NLP_OPS",
-           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "LIBRARY_OP", "applies",
-           "library_compute"]
+           "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "LIBRARY_OP",
+           "SAFE_ACCUMULATION", "applies", "library_compute", "setting_value", "gpu_arithmetic"]
 
 OpSpec = namedtuple("OpSpec", ["reason", "keep_inputs", "float16_outputs", "same_dtype",
-                               "gpu", "bias_input", "when", "library"])
-OpSpec.__new__.__defaults__ = (None, None, None, None)
+                               "gpu", "bias_input", "when", "library", "kernel", "setting"])
+OpSpec.__new__.__defaults__ = (None, None, None, None, None, None)
 OpSpec.__doc__ = """How one op is emulated.
 
 Parameters
@@ -46,22 +49,33 @@ float16_outputs : tuple of int or None
 same_dtype : bool
     Whether MXNet requires all float inputs to share one dtype (as every GEMM does); a
     mixed call raises the error a GPU run would raise, instead of being quietly upcast.
-gpu : str
+gpu : str or dict of bool to str
     What MXNet 1.9.1 computes on a GPU for float16 inputs: one of :data:`ONE_ROUNDING`,
-    :data:`BIAS_TWICE`, or a sentence for anything else.
+    :data:`BIAS_TWICE`, or a sentence for anything else; for an op whose GPU arithmetic
+    depends on :attr:`setting`, a sentence for each value of the setting.
 bias_input : int or None
     For :data:`BIAS_TWICE` ops, the position of the bias input (present unless
     ``no_bias=True``).
-when : dict of str to str, or None
-    Attribute values the op must have to be emulated (``{'act_type': 'gelu'}``); a call or
-    node with other values keeps its native kernel. None: always.
+when : dict of str to str or tuple of str, or None
+    Attribute values the op must have to be emulated (``{'act_type': 'gelu'}``; a tuple lists
+    the values allowed, ``'None'`` standing for an attribute not given); a call or node with
+    other values keeps its native kernel. None: always.
 library : tuple of str, or None
     The ``act_type`` values that the rounding library's ``_mxmixed_act16`` computes on the
     widened float16 values (:data:`LIBRARY_OP`), where the GPU runs MXNet's ``half_t``
     template and MXNet's float32 kernel would give other bits (oneDNN's gelu, soft_relu);
     others run MXNet's float32 kernel. Without the library those keep their native float16
     kernel, which is the GPU's template.
+kernel : str or None
+    The rounding library's op that computes the whole op in float32 with the GPU's float16
+    rounding points (``_ext/norm16.cc``); without the library the op keeps its native kernel.
+setting : str or None
+    The environment variable the GPU arithmetic depends on (:data:`SAFE_ACCUMULATION`), read
+    at each run of the op, as MXNet reads it; :attr:`gpu` then has a sentence for each value.
 """
+
+#: MXNet's switch between float16 and float32 accumulation in softmax and the norms.
+SAFE_ACCUMULATION = "MXNET_SAFE_ACCUMULATION"
 
 #: The rounding library's op that computes the activations of :attr:`OpSpec.library`.
 LIBRARY_OP = "_mxmixed_act16"
@@ -79,12 +93,13 @@ def applies(spec, attrs):
     -------
     bool
     """
-    return not spec.when or all(str(attrs.get(k)) == v for k, v in spec.when.items())
+    return not spec.when or all(str(attrs.get(k)) in (v if isinstance(v, tuple) else (v,))
+                                for k, v in spec.when.items())
 
 
 def library_compute(spec, attrs):
-    """Whether the rounding library computes an emulated op with ``attrs`` (see
-    :attr:`OpSpec.library`).
+    """The rounding library's op that computes an emulated op with ``attrs`` (see
+    :attr:`OpSpec.library` and :attr:`OpSpec.kernel`), or None.
 
     Parameters
     ----------
@@ -93,9 +108,57 @@ def library_compute(spec, attrs):
 
     Returns
     -------
-    bool
+    str or None
     """
-    return bool(spec.library) and str(attrs.get("act_type")) in spec.library
+    if spec.kernel:
+        return spec.kernel
+    return LIBRARY_OP if spec.library and str(attrs.get("act_type")) in spec.library else None
+
+
+def setting_value(name, environ=None):
+    """A boolean setting as MXNet reads it (``dmlc::GetEnv<bool>``): unset or empty is False,
+    ``1``/``true`` True, ``0``/``false`` False, in any case.
+
+    Parameters
+    ----------
+    name : str
+    environ : mapping, optional
+        ``os.environ`` by default.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        For any other value, which MXNet refuses too.
+    """
+    value = (os.environ if environ is None else environ).get(name, "")
+    if value.lower() in ("", "0", "false"):
+        return False
+    if value.lower() in ("1", "true"):
+        return True
+    raise ValueError("%s=%r: MXNet reads it as a boolean (0, 1, true or false)" % (name, value))
+
+
+def gpu_arithmetic(spec, environ=None):
+    """What a GPU computes for ``spec``'s op now: :attr:`OpSpec.gpu`, or for an op that
+    depends on a setting, its sentence for the setting's present value.
+
+    Parameters
+    ----------
+    spec : OpSpec
+    environ : mapping, optional
+        ``os.environ`` by default.
+
+    Returns
+    -------
+    str
+    """
+    if spec.setting is None:
+        return spec.gpu
+    return spec.gpu[setting_value(spec.setting, environ)]
 
 ONE_ROUNDING = "float32 arithmetic inside the op, one rounding of each float16 output"
 BIAS_TWICE = ("no-bias result (float32 accumulation) rounded to float16, then the bias added "
@@ -231,9 +294,6 @@ NOT_EMULATED = {
     # (NLP_OPS); its other act_types are slow too (60x, YOLOv3's leaky) but keep their native
     # kernel: the GPU casts the slope to float16 before it multiplies (DType(slope)), as for
     # _mul_scalar.
-    "softmax": "slow: 77x (SSD, Faster R-CNN), but it accumulates in float16 unless "
-               "MXNET_SAFE_ACCUMULATION=1, with use_length (BERT) too: one template "
-               "(softmax-inl.h) on CPU and GPU, both following the variable",
     "_contrib_ROIAlign": "slow: 31x (Faster R-CNN), but the GPU kernel interpolates in "
                          "float16 arithmetic step by step",
     "_contrib_box_nms": "slow: 2.2x, but the GPU computes the overlaps in float16",
@@ -248,10 +308,6 @@ NOT_EMULATED = {
     # CPU float16 kernel is the GPU's template with the same dtypes, so it computes what the GPU
     # does; the slowdowns (forward+backward, 8x64x256 float16 against float32, 2-core AMD EPYC)
     # were measured for issue 37, not by benchmarks/op_survey.py.
-    "LayerNorm": "same: 6.5x slower, but for float16 the GPU accumulates in float16 unless "
-                 "MXNET_SAFE_ACCUMULATION=1 (layer_norm.cu: AType = safe_acc ? float : DType); "
-                 "the CPU kernel accumulates in float16 whatever the variable says (under AMP "
-                 "LayerNorm runs in float32)",
     "_contrib_div_sqrt_dim": "same: 8x slower, but one template on CPU and GPU (transformer-inl.h): "
                              "in / DType(sqrt(d)), a float16 divisor; float32 would change it",
     "erf": "same: 4.3x slower; math::erf in float32, one rounding; erf_grad squares in float16 "
@@ -271,7 +327,9 @@ NOT_EMULATED = {
 # Group 4: ops of gluonnlp's BERT under AMP whose float16 CPU kernel dominates the emulated step
 # (benchmarks/emulation_profile.py --bert), computed by the rounding library in float32 with the
 # bits of MXNet's float16 kernel (tests/emulation/test_ops16.py: every float16 input, forward
-# and backward).
+# and backward); and BERT's softmax and LayerNorm, float16 in a model cast to float16 (AMP runs
+# them in float32), computed by the library with the GPU kernels' rounding points and order
+# (tests/emulation/test_norm16.py).
 NLP_OPS = {
     # 26x slower forward+backward (1024x512). GPU and CPU run one template,
     # LeakyReLUOp<xpu> (leaky_relu-inl.h, leaky_relu.cu registers it for gpu): forward
@@ -286,6 +344,49 @@ NLP_OPS = {
                         "float32 gelu math, one rounding; backward: the float16-rounded "
                         "factor times the float16 gradient, one rounding",
                         when={"act_type": "gelu"}, library=("gelu",)),
+    # 35x slower forward+backward (1024x512; 77x in SSD, Faster R-CNN). GPU (softmax-inl.h,
+    # softmax.cu): SoftmaxCompute reads MXNET_SAFE_ACCUMULATION at each run; AType is float
+    # with it, half_t without. softmax_stride1_compute_kernel (last axis, at most 10240
+    # values; otherwise softmax_compute_kernel, 128 threads): the row max in half_t; the sum
+    # of static_cast<AType>(expf(val - smax)), val - smax a half_t difference, each thread
+    # summing a strided share, then halved pairwise (shared memory, then warp_reduce); the
+    # output softmax_fwd: DType(expf(val - smax) / ssum), one rounding. Backward
+    # (softmax_stride1_grad_kernel, at most 5120 values): the sum of mshadow_op::mul on
+    # half_t (each dy * y rounded) in AType, in the same order; softmax_bwd: out * (ograd -
+    # sum), where ograd - sum is half_t whatever AType is: two roundings. MXNet's CPU
+    # template rounds at the same points in its own order (so the CPU's float16 sums differ
+    # from the GPU's). Emulated without use_length, temperature or dtype.
+    "softmax": OpSpec("float16 CPU kernel 35x slower than float32", (), None, True, {
+        False: "half_t accumulation: the row's exp(half(x - max)), each rounded, summed in "
+               "float16 in the GPU's thread order; half(exp / sum). Backward: half(dy * y) "
+               "summed in float16 likewise; half(y * half(dy - sum))",
+        True: "float32 accumulation of exp(half(x - max)); half(exp / sum). Backward: "
+              "half(dy * y) summed in float32; half(y * half(dy - sum))"},
+        when={"use_length": ("None", "False", "false", "0"), "temperature": ("None", "1", "1.0"),
+              "dtype": ("None",)}, kernel="_mxmixed_softmax16", setting=SAFE_ACCUMULATION),
+    # 8.7x slower forward+backward (1024x512). GPU (layer_norm.cu, last axis: the contiguous
+    # kernels; other axes run LayerNormComputeGeneral and keep the native kernel here):
+    # LayerNormCompute<gpu> reads MXNET_SAFE_ACCUMULATION at each run; AType float with it,
+    # DType (half_t) without. LayerNormFusedForwardKernelContig: 32 x (1, 2 or 4) threads
+    # per row each run Welford's update on their values (half2 pairs in float; 4 consecutive
+    # values in half_t), merged by Chan's formula across lanes (xor shuffles) and warps; lane
+    # k's mean and variance serve the columns k mod 32. std_eps = sqrt(var + eps);
+    # invstd_eps = DType(1.0) / std_eps, half_t / AType: a float16 value either way; out =
+    # gamma * DType(invstd_eps * (x - mean)) + beta in half_t: three roundings; the mean and
+    # std outputs float16. Backward (LayerNormFusedBackwardKernel_Data; _PartGammaBeta and
+    # _GammaBeta: 16 parts of rows, 16 threads each) from those float16 mean and std: dx =
+    # dy*gamma*invstd - mean(dy*gamma*invstd) - (x - mean)*invstd*mean(dy*gamma*(x -
+    # mean)*invstd^2), rounded once in float, each step in half_t; dgamma = sum((x - mean) /
+    # std * dy), dbeta = sum(dy), rounded once. MXNet's CPU kernel rounds once whatever the
+    # variable says, so its native float16 LayerNorm is not the GPU's.
+    "LayerNorm": OpSpec("float16 CPU kernel 8.7x slower than float32", (), None, True, {
+        False: "half_t Welford sums and merges in the GPU's thread order; half(1 / "
+               "std); half(half(gamma * half(invstd * (x - mean))) + beta). Backward: each "
+               "step in float16 arithmetic, the sums in the GPU's order",
+        True: "float32 Welford sums and merges; half(1 / std); half(half(gamma * half(invstd * "
+              "(x - mean))) + beta). Backward: float32, one rounding of each gradient"},
+        when={"axis": ("None", "-1")}, kernel="_mxmixed_layernorm16",
+        setting=SAFE_ACCUMULATION),
 }
 
 EMULATED_OPS = dict(GEMM_OPS, **SLOW_OPS, **AMP_OPS, **ZOO_OPS, **NLP_OPS)

@@ -91,6 +91,8 @@ _EXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext")
 SOURCE = os.path.join(_EXT, "round16.cc")
 #: The float32 computes of float16 ops (gelu, the bias add), built into the same library.
 OPS_SOURCE = os.path.join(_EXT, "ops16.cc")
+#: softmax and LayerNorm with the GPU's float16 arithmetic, built into the same library.
+NORM_SOURCE = os.path.join(_EXT, "norm16.cc")
 LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
 KERNEL = os.path.join(_EXT, "round16_kernel.h")
 _LOG = logging.getLogger("mxmixed.emulation")
@@ -404,7 +406,7 @@ def build(target_dir=None, cxx=None, layouts=False):
     if not layouts:
         lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
         header = os.path.join(include, "mxnet", "lib_api.h")
-        return _compile("round16", [SOURCE, OPS_SOURCE, lib_api], [KERNEL, header],
+        return _compile("round16", [SOURCE, OPS_SOURCE, NORM_SOURCE, lib_api], [KERNEL, header],
                         ["-I" + include], target_dir, cxx, exports=_loader_entry_points(header))
     libmxnet = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",

@@ -25,7 +25,7 @@ from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
-from ._ops import EMULATED_OPS, LIBRARY_OP, applies, library_compute
+from ._ops import EMULATED_OPS, applies, library_compute
 from ._round16 import library_op
 
 __all__ = ["install_nd_wrappers", "numpy_aliases", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
@@ -130,14 +130,21 @@ def _deconvolution_by_convolution(data=None, weight=None, bias=None, **attrs):
 
 def _library_compute(name):
     """A function that runs the rounding library's op ``name`` on NDArrays (the library has no
-    Python functions: see ``_round16.load``); autograd records it like any op."""
+    Python functions: see ``_round16.load``); autograd records it like any op. The call's other
+    arguments go to the op as attributes; of several outputs (LayerNorm's mean and std), only
+    the first unless ``output_mean_var``."""
     handle = _op_handle(name)
 
-    def compute(*args, act_type=None, **kwargs):
+    def compute(*args, **kwargs):
         arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, NDArray)]
+        attrs = {k: str(v) for k, v in kwargs.items() if v is not None and k != "name"
+                 and not isinstance(v, NDArray)}
         result = mx.ndarray._internal._imperative_invoke(
-            handle, [_as_legacy(a) for a in arrays], ["act_type"], [str(act_type)], None,
+            handle, [_as_legacy(a) for a in arrays], list(attrs), list(attrs.values()), None,
             False, False)
+        if isinstance(result, list) and attrs.get("output_mean_var", "").lower() not in (
+                "true", "1"):
+            result = result[0]
         return _like(arrays[0], result)
     return compute
 
@@ -184,10 +191,14 @@ def _make_nd_wrapper(op_name, original, spec):
             else:
                 bias = new_kwargs.pop(bias_name, None)
         compute = original
-        if library_compute(spec, kwargs):
-            if library_op(LIBRARY_OP) is None:
+        computed_by = library_compute(spec, kwargs)
+        if computed_by:
+            if library_op(computed_by) is None:
                 return original(*args, **kwargs)
-            compute = _library_compute(LIBRARY_OP)
+            compute = _library_compute(computed_by)
+            # the library's op takes its inputs in the signature's order, not the call's
+            new_args += [new_kwargs.pop(n) for n in names[len(new_args):]
+                         if isinstance(new_kwargs.get(n), NDArray)]
         if op_name == "Deconvolution" and conv_form_applies(kwargs):
             compute = _deconvolution_by_convolution
         if isinstance(bias, NDArray):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 CASES = ("gelu", "elemwise_mul", "mul_scalar", "exp", "erf", "softmax_safe_acc",
-         "selfatt_qk", "selfatt_valatt")
+         "layernorm_safe_acc", "selfatt_qk", "selfatt_valatt")
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_outputs_nlp.npz")
 
 

@@ -52,6 +52,8 @@ GRAPHS = {
     "elemwise_add": (lambda: mx.sym.elemwise_add(V("a"), V("b"), name="add"),
                      {"a": (2, 5), "b": (2, 5)}),
     "clip": (lambda: mx.sym.clip(V("data"), 0, 6, name="clip"), {"data": (2, 5)}),
+    "softmax": (lambda: mx.sym.softmax(V("data"), axis=-1, name="softmax"), {"data": (2, 5)}),
+    "LayerNorm": (lambda: mx.sym.LayerNorm(V("data"), name="ln"), {"data": (2, 5)}),
     "amp_multicast": (lambda: mx.sym.amp_multicast(V("a"), V("b"), num_outputs=2, name="mc"),
                       {"a": (2, 5), "b": (2, 5)}),
     "_contrib_interleaved_matmul_selfatt_qk": (
