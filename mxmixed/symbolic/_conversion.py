@@ -309,8 +309,9 @@ def _rewrite_for_onednn(sym, arg32, aux32, notes):
         notes.append("%d value(s) computed from params alone were computed once, in float32, "
                      "and stored as params: %s" % (len(folded), _names(folded)))
     if masked:
-        notes.append("%d softmax with use_length rewritten as a SequenceMask and a plain "
-                     "softmax, which oneDNN runs: %s" % (len(masked), _names(masked)))
+        notes.append("%d softmax with use_length rewritten as a mask (-1e30 past each row's "
+                     "length; one shared by self-attention layers with the same lengths) and a "
+                     "plain softmax, which oneDNN runs: %s" % (len(masked), _names(masked)))
     return (graph.to_symbol() if folded or masked else sym), arg32, aux32
 
 

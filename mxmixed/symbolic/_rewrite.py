@@ -12,7 +12,13 @@ Two rewrites, each equal to the graph it replaces within float32 rounding:
   that sets the positions past each row's length to -1e30, then a plain ``softmax``, which
   oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked positions get 0 as before and
   the others the same values. A row of length 0 differs: MXNet's kernel gives zeros, the
-  rewrite an even spread.
+  rewrite an even spread. Self-attention scores (``_contrib_interleaved_matmul_selfatt_qk``,
+  square in their last two axes) whose lengths are computed alike (gluonnlp repeats the
+  computation in every layer) share one mask instead: -1e30 past each row's length, 0 before
+  it, made once by a ``SequenceMask`` of zeros and added to each layer's scores (oneDNN's
+  ``sum``; ``SequenceMask`` copies its input single-threaded). ``x + 0`` is ``x`` and
+  ``x + -1e30`` is -1e30 for any ``|x| < 2**75``, so the softmax gets the same values; only a
+  non-finite score past a row's length differs (it was replaced, now it stays).
 """
 import numpy as np
 
@@ -172,27 +178,86 @@ def mask_softmax(graph):
     found = [i for i, node in enumerate(graph.nodes) if _masked_softmax(node)]
     if not found:
         return graph, []
-    rebuild = graph.rebuild()
+    shared = _shared_masks(graph, found)
+    rebuild, masks = graph.rebuild(), {}
     for i, node in enumerate(graph.nodes):
         if i not in found:
             rebuild.place(i, rebuild.add(rebuild.mapped(node)))
             continue
-        name = node.name
         data, length = (rebuild.entry(e) for e in node.inputs)
-        rows = rebuild.add({"op": "Reshape", "name": name + "_rows",
-                            "attrs": {"shape": "(-1, 0)", "reverse": "True"}, "inputs": [data]})
-        lengths = rebuild.add({"op": "Reshape", "name": name + "_lengths",
-                               "attrs": {"shape": "(-1,)"}, "inputs": [length]})
-        masked = rebuild.add({"op": "SequenceMask", "name": name + "_mask",
-                              "attrs": {"use_sequence_length": "True", "axis": "1",
-                                        "value": repr(_MASKED)},
-                              "inputs": [[rows, 0, 0], [lengths, 0, 0]]})
-        back = rebuild.add({"op": "reshape_like", "name": name + "_masked",
-                            "inputs": [[masked, 0, 0], data]})
+        if i in shared:
+            key = shared[i]
+            if key not in masks:
+                masks[key] = _additive_mask(rebuild, node.name, data, length)
+            back = rebuild.add({"op": "elemwise_add", "name": node.name + "_masked",
+                                "inputs": [data, [masks[key], 0, 0]]})
+        else:
+            back = _sequence_mask(rebuild, node.name, data, length)
         attrs = {k: v for k, v in node.attrs.items() if k != "use_length"}
-        rebuild.place(i, rebuild.add({"op": "softmax", "name": name, "attrs": attrs,
+        rebuild.place(i, rebuild.add({"op": "softmax", "name": node.name, "attrs": attrs,
                                       "inputs": [[back, 0, 0]]}))
     return rebuild.graph(), [graph.nodes[i].name for i in found]
+
+
+def _rows(rebuild, name, data, length):
+    """New nodes: ``data`` as rows of its last axis, ``length`` as one value per row."""
+    rows = rebuild.add({"op": "Reshape", "name": name + "_rows",
+                        "attrs": {"shape": "(-1, 0)", "reverse": "True"}, "inputs": [data]})
+    lengths = rebuild.add({"op": "Reshape", "name": name + "_lengths",
+                           "attrs": {"shape": "(-1,)"}, "inputs": [length]})
+    return rows, lengths
+
+
+def _masking(name, rows, lengths):
+    return {"op": "SequenceMask", "name": name + "_mask",
+            "attrs": {"use_sequence_length": "True", "axis": "1", "value": repr(_MASKED)},
+            "inputs": [[rows, 0, 0], [lengths, 0, 0]]}
+
+
+def _sequence_mask(rebuild, name, data, length):
+    """New nodes: ``data`` with -1e30 past each row's length; the index of the last."""
+    rows, lengths = _rows(rebuild, name, data, length)
+    masked = rebuild.add(_masking(name, rows, lengths))
+    return rebuild.add({"op": "reshape_like", "name": name + "_masked",
+                        "inputs": [[masked, 0, 0], data]})
+
+
+def _additive_mask(rebuild, name, data, length):
+    """New nodes: data's shape, -1e30 past each row's length, else 0; the index of the last."""
+    rows, lengths = _rows(rebuild, name, data, length)
+    zeros = rebuild.add({"op": "zeros_like", "name": name + "_zeros", "inputs": [[rows, 0, 0]]})
+    masked = rebuild.add(_masking(name, zeros, lengths))
+    return rebuild.add({"op": "reshape_like", "name": name + "_additive_mask",
+                        "inputs": [[masked, 0, 0], data]})
+
+
+def _shared_masks(graph, found):
+    """Of the masked softmaxes ``found``, those on self-attention scores, each mapped to the
+    key of its length input: equal keys, equal lengths (and so equal score shapes)."""
+    keys = _structure_keys(graph)
+    shared = {}
+    for i in found:
+        (src, _, _), (length, out, _) = graph.nodes[i].inputs
+        if graph.nodes[src].op == "_contrib_interleaved_matmul_selfatt_qk":
+            shared[i] = (keys[length], out)
+    return shared
+
+
+def _structure_keys(graph):
+    """Per node, an id that two nodes share when they compute the same value: the same op
+    and attributes on the same inputs (a variable: its name; an op without inputs, such as
+    a random draw, is never shared)."""
+    interned, keys = {}, []
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable:
+            key = ("null", node.name)
+        elif not node.inputs:
+            key = ("alone", i)
+        else:
+            key = (node.op, tuple(sorted(node.attrs.items())),
+                   tuple((keys[src], out) for src, out, _ in node.inputs))
+        keys.append(interned.setdefault(key, len(interned)))
+    return keys
 
 
 def _masked_softmax(node):

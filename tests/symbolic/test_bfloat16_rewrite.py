@@ -84,3 +84,32 @@ def test_a_value_left_unfolded_still_feeds_the_graph_beside_a_folded_one():
     got = _run(graph.to_symbol(), {"data": arrays["data"], "bias": arrays["bias"],
                                    "flat_folded": args["flat_folded"].asnumpy()})
     np.testing.assert_array_equal(got, _run(sym, arrays))
+
+
+def _self_attention_softmax(qkv, valid, name):
+    """gluonnlp's masked self-attention scores and softmax: 2 heads, sequence 5, each batch
+    row's length repeated for every head and query, computed anew for each call."""
+    scores = mx.sym.contrib.interleaved_matmul_selfatt_qk(qkv, heads=2)
+    rows = mx.sym.broadcast_axis(mx.sym.reshape(valid, shape=(-1, 1)), axis=1, size=5)
+    length = mx.sym.reshape(mx.sym.broadcast_axis(mx.sym.expand_dims(rows, axis=1), axis=1,
+                                                  size=2), shape=(-1, 0), reverse=True)
+    return mx.sym.softmax(scores, length.astype("int32"), axis=-1, use_length=True, name=name)
+
+
+def test_self_attention_layers_with_the_same_lengths_share_one_mask():
+    valid, other = mx.sym.var("valid"), mx.sym.var("other")
+    q1, q2, q3 = (mx.sym.var("qkv%d" % k) for k in (1, 2, 3))
+    sym = mx.sym.Group([_self_attention_softmax(q1, valid, "a1"),
+                        _self_attention_softmax(q2, valid, "a2"),
+                        _self_attention_softmax(q3, other, "a3")])
+    rng = np.random.RandomState(0)
+    arrays = {"qkv%d" % k: rng.normal(0, 2, (5, 3, 12)).astype(np.float32) for k in (1, 2, 3)}
+    arrays.update(valid=np.array([5, 2, 1], np.float32), other=np.array([3, 4, 5], np.float32))
+    graph, rewritten = mask_softmax(sym)
+    assert rewritten == ["a1", "a2", "a3"]
+    assert [n.op for n in graph.nodes].count("SequenceMask") == 2  # a1 and a2 share theirs
+    executor = graph.to_symbol().bind(mx.cpu(), {k: mx.nd.array(v) for k, v in arrays.items()},
+                                      grad_req="null")
+    want = sym.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in arrays.items()}, grad_req="null")
+    for got, ref in zip(executor.forward(), want.forward()):
+        np.testing.assert_allclose(got.asnumpy(), ref.asnumpy(), rtol=1e-6, atol=1e-7)
