@@ -239,11 +239,13 @@ def cast_pairs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("library", [0, 1], ids=["round16", "round16-onednn"])
-@pytest.mark.parametrize("cut", ["4096", "half"])
+@pytest.mark.parametrize("library, cut", [(0, "4096"), (1, "half")],
+                         ids=["4096-round16", "half-round16-onednn"])
 def test_a_truncated_cached_library_gives_one_warning_and_the_same_bytes(
         tmp_path, cast_pairs, session_libraries, library, cut):
-    """A cache with both libraries, one of them cut: the run rebuilds it (a real compile)."""
+    """A cache with both libraries, one of them cut: the run rebuilds it (a real compile, so
+    each library and each cut once, not every pair; both cuts of one library:
+    test_a_damaged_or_foreign_library_is_rebuilt_with_one_warning)."""
     cache = tmp_path / "cache"
     path = seed_cache(cache, session_libraries)[library]
     os.truncate(path, 4096 if cut == "4096" else os.path.getsize(path) // 2)
