@@ -192,19 +192,20 @@ def run_convert(argv, capsys):
     return code, out, err
 
 
-# The files that take longest, longest first: about 130 CPU seconds for the loss-scaling notebook,
-# 100 for the rounding library's own tests, 60-90 for the ONNX export, the distributed launches
-# and the detectors, 20-50 for the rest (one file at a time on a loaded 2-core Xeon, 2026-11-27). Under
-# pytest-xdist they are handed out first, then the notebooks, then the rest, so that the workers
-# finish together (--dist loadfile hands out whole files in collection order).
+# The files that take longest, longest first: about 140 s for the loss-scaling notebook, 100-120
+# for the dist_sync launches and the rounding library's own tests, 40-70 for the rest (the sums of
+# their tests' durations in a whole-suite run on two workers of a 2-core Xeon at load 3-4,
+# 2026-11-27, less what was cut since). Under pytest-xdist they are handed out first, then the
+# notebooks, then the rest, so that the workers finish together (--dist loadfile hands out whole
+# files in collection order).
 LONGEST_FIRST = (
-    "tutorials/06_loss_scaling_experiment.ipynb", "tests/emulation/test_round16_library.py",
-    "tests/symbolic/test_onnx_export.py", "tests/distributed/test_dist_sync_launch.py",
-    "tests/diagnostics/test_detectors.py", "tests/distributed/test_horovod_launch.py",
-    "tests/emulation/test_bits.py", "tests/emulation/test_cast_symbolblock.py",
-    "tests/run/test_real_clients.py", "tests/emulation/test_round16.py",
-    "tests/project/test_docs_site.py", "tests/emulation/test_layouts.py",
-    "tests/diagnostics/test_gradients.py",
+    "tutorials/06_loss_scaling_experiment.ipynb", "tests/distributed/test_dist_sync_launch.py",
+    "tests/emulation/test_round16_library.py", "tests/emulation/test_bits.py",
+    "tests/project/test_docs_code_blocks.py", "tests/distributed/test_horovod_launch.py",
+    "tests/run/test_real_clients.py", "tests/files/test_atomic_write_faults.py",
+    "tests/project/test_docs_site.py", "tests/emulation/test_round16.py",
+    "tests/run/test_runner.py", "tests/files/test_untrusted_graphs.py",
+    "tests/run/test_forked_children.py",
 )
 
 

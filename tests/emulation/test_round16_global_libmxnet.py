@@ -6,8 +6,8 @@ extension API (``mxnet::ext::``, built with the other ``std::string`` ABI), and 
 library once exported every ``mxnet::ext::`` symbol it defined: the dynamic linker bound its
 references to libmxnet's, and its static initialiser died with SIGSEGV inside ``MXLoadLib``.
 The library now exports only the loader's entry points. Each run is a fresh interpreter,
-bounded by ``HANG_S``; the run with ``libmxnet.so`` global starts from an empty cache folder (so
-the library is built by the code under test), the reference run from the session's libraries.
+bounded by ``HANG_S``, whose cache holds copies of the session's libraries (built by
+``_round16.build``, which sets what they export; a compile here would only repeat that build).
 """
 import os
 import sys
@@ -43,6 +43,7 @@ def run_step(cache, global_libmxnet):
 @pytest.mark.slow
 def test_the_rounding_op_loads_and_rounds_after_libmxnet_went_global(tmp_path,
                                                                      session_libraries):
+    seed_cache(tmp_path / "global", session_libraries)
     proc, lines = run_step(tmp_path / "global", global_libmxnet=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert lines["STATUS"] == "built and loaded; keeps oneDNN layouts"

@@ -239,11 +239,13 @@ def cast_pairs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("library", [0, 1], ids=["round16", "round16-onednn"])
-@pytest.mark.parametrize("cut", ["4096", "half"])
+@pytest.mark.parametrize("library, cut", [(0, "4096"), (1, "half")],
+                         ids=["4096-round16", "half-round16-onednn"])
 def test_a_truncated_cached_library_gives_one_warning_and_the_same_bytes(
         tmp_path, cast_pairs, session_libraries, library, cut):
-    """A cache with both libraries, one of them cut: the run rebuilds it (a real compile)."""
+    """A cache with both libraries, one of them cut: the run rebuilds it (a real compile, so
+    each library and each cut once, not every pair; both cuts of one library:
+    test_a_damaged_or_foreign_library_is_rebuilt_with_one_warning)."""
     cache = tmp_path / "cache"
     path = seed_cache(cache, session_libraries)[library]
     os.truncate(path, 4096 if cut == "4096" else os.path.getsize(path) // 2)
@@ -330,13 +332,28 @@ def cxx_with(tmp_path, define):
     return str(wrapper)
 
 
+@pytest.fixture(scope="module")
+def misread(tmp_path_factory):
+    """``misread(shift)``: (compiler wrapper, oneDNN-layout library) built with a test-only
+    define that moves the fields of the copied MKLDNNMemory by ``shift`` bytes; one real
+    compile per shift and module."""
+    built = {}
+
+    def make(shift):
+        if shift not in built:
+            folder = tmp_path_factory.mktemp("misread")
+            cxx = cxx_with(folder, "-DMXMIXED_ROUND16_TEST_MISREAD=%d" % shift)
+            built[shift] = cxx, _round16.build(str(folder / "lib"), layouts=True, cxx=cxx)
+        return built[shift]
+    return make
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shift", [8, 64])
-def test_a_struct_copy_that_disagrees_with_libmxnet_is_refused_by_the_probe(tmp_path, shift):
+def test_a_struct_copy_that_disagrees_with_libmxnet_is_refused_by_the_probe(misread, shift):
     """Built with a test-only define that moves the fields of the copied MKLDNNMemory, the
     library must refuse in keep_layouts() (nothing installed), not crash."""
-    path = _round16.build(str(tmp_path / "lib"), layouts=True,
-                          cxx=cxx_with(tmp_path, "-DMXMIXED_ROUND16_TEST_MISREAD=%d" % shift))
+    _, path = misread(shift)
     before = _round16.blocked_calls()
     with pytest.raises(RuntimeError, match="reads oneDNN arrays differently from this "
                                            r"libmxnet\.so \(probe check \d failed\)"):
@@ -346,12 +363,16 @@ def test_a_struct_copy_that_disagrees_with_libmxnet_is_refused_by_the_probe(tmp_
 
 @pytest.mark.slow
 def test_a_refused_probe_leaves_the_plain_compute_with_one_warning(tmp_path, cast_pairs,
-                                                                   session_libraries):
+                                                                   session_libraries, misread):
     """End to end: the op keeps working on plain layouts, the same bytes, one warning. The
-    plain library is the session's (the define changes only the oneDNN-layout one, which the
-    run compiles)."""
-    cxx = cxx_with(tmp_path, "-DMXMIXED_ROUND16_TEST_MISREAD=8")
+    plain library is the session's (the define changes only the oneDNN-layout one), the
+    oneDNN-layout one the misread build's, both in the run's cache under that compiler's
+    names."""
+    import shutil
+    cxx, misread_library = misread(8)
     seed_cache(tmp_path / "cache", session_libraries, cxx=cxx, layouts=[False])
+    for name in (misread_library, misread_library + ".sha256"):
+        shutil.copy2(name, str(tmp_path / "cache"))
     code, status, digest, warnings = step(tmp_path / "cache", CXX=cxx)
     assert code == 0 and digest == cast_pairs
     assert status.startswith("built and loaded; plain layouts (RuntimeError: ")

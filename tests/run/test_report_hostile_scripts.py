@@ -3,7 +3,11 @@ raises or closes, and never prints the runner's own traceback.
 
 Scripts that closed or replaced ``sys.stderr``, raised an exception whose ``str()`` raises, or
 replaced ``json.dumps`` once left the report saying ``running`` and printed a traceback from
-``mxmixed/cli/_run.py``. Each script here runs in its own interpreter, as a user runs it.
+``mxmixed/cli/_run.py``. Each script runs in a process of its own, as ``python -m mxmixed run``:
+one interpreter imports the runner and what it imports before a script (MXNet) once, then
+forks a child per script, which runs ``mxmixed``'s ``__main__`` and ends as that interpreter
+ends (its exit code, its exit handlers, the closing of its streams), without paying MXNet's
+import again.
 The one exception is ``os._exit``: it ends the process at once, and nothing of the runner runs
 after it, so the report stays ``running`` (``docs/diagnostics.md`` says so).
 """
@@ -46,43 +50,82 @@ SCRIPTS = {
 }
 
 
-def _run(tmp_path, body):
-    script = tmp_path / "script.py"
-    script.write_text(body)
-    report = tmp_path / "report.json"
-    proc = run_command([sys.executable, "-m", "mxmixed", "run", "--no-emulation", "--report",
-                        str(report), "script.py"], cwd=str(tmp_path), capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=ROOT))
-    return proc, json.loads(report.read_text())
+BROKEN_WRITER = ("import json\njson.JSONEncoder.encode = lambda self, o: 1 / 0\n"
+                 "raise ValueError('late')\n")
+EXITS = "import os\nos._exit(3)\n"
+
+# Run by one interpreter: each job's child writes its stdout and stderr into its folder.
+FORKS = r"""
+import json, os, runpy, sys
+# what the runner imports before it runs a script (MXNet among them); what it imports after
+# (the picture's matplotlib) each child imports, as a fresh interpreter would
+import mxmixed.cli._run, mxmixed.diagnostics.steps, mxmixed.training._amp  # noqa: F401
+codes = []
+for folder in json.loads(sys.argv[1]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child leaves this loop as `python -m mxmixed run` ends: SystemExit
+        os.chdir(folder)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            opened = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.argv = ["mxmixed", "run", "--no-emulation", "--report",
+                    os.path.join(folder, "report.json"), "script.py"]
+        runpy.run_module("mxmixed", run_name="__main__", alter_sys=True)
+        raise SystemExit(0)  # __main__ always exits; never let a child fork the next job
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(codes))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``runs[body]``: (exit code, stderr, report) of every script of this file."""
+    bodies = [body for body, _ in SCRIPTS.values()] + [BROKEN_WRITER, EXITS]
+    folders = [tmp_path_factory.mktemp("script") for _ in bodies]
+    for body, folder in zip(bodies, folders):
+        (folder / "script.py").write_text(body)
+    proc = run_command([sys.executable, "-c", FORKS, json.dumps([str(f) for f in folders])],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.splitlines()[-1])
+    return {body: (code, (folder / "stderr").read_text(),
+                   json.loads((folder / "report.json").read_text()))
+            for body, code, folder in zip(bodies, codes, folders)}
 
 
 # The report's error line, where a script's own makes it hard to write.
 ERRORS = {"an exception whose str() raises": "E: <str() failed>"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(SCRIPTS))
-def test_the_report_ends_and_no_runner_traceback_is_printed(tmp_path, kind):
+def test_the_report_ends_and_no_runner_traceback_is_printed(runs, kind):
     body, code = SCRIPTS[kind]
-    proc, report = _run(tmp_path, body)
-    assert proc.returncode == code, proc.stderr
+    returncode, stderr, report = runs[body]
+    assert returncode == code, stderr
     assert report["status"] == "finished", report
     assert report["exit_code"] == code, report
-    assert "mxmixed" + os.sep not in proc.stderr and "_run.py" not in proc.stderr, proc.stderr
-    frames = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("File ")]
-    assert all("script.py" in line for line in frames), proc.stderr
+    assert "mxmixed" + os.sep not in stderr and "_run.py" not in stderr, stderr
+    frames = [line for line in stderr.splitlines() if line.lstrip().startswith("File ")]
+    assert all("script.py" in line for line in frames), stderr
     if kind in ERRORS:  # an error line is recorded even when str() fails
         assert report["error"] == ERRORS[kind], report
 
 
-def test_a_report_whose_writer_the_script_broke_still_says_how_it_ended(tmp_path):
-    _, report = _run(tmp_path, "import json\njson.JSONEncoder.encode = lambda self, o: 1 / 0\n"
-                               "raise ValueError('late')\n")
+@pytest.mark.slow
+def test_a_report_whose_writer_the_script_broke_still_says_how_it_ended(runs):
+    _, _, report = runs[BROKEN_WRITER]
     assert (report["status"], report["exit_code"], report["error"]) == (
         "finished", 1, "ValueError: late")
     assert "could not be written (ZeroDivisionError" in report["note"], report
 
 
-def test_os_exit_ends_the_process_before_the_runner_can_write(tmp_path):
+@pytest.mark.slow
+def test_os_exit_ends_the_process_before_the_runner_can_write(runs):
     """``os._exit`` cannot be caught: the report is left saying ``running``, as documented."""
-    proc, report = _run(tmp_path, "import os\nos._exit(3)\n")
-    assert proc.returncode == 3 and report["status"] == "running"
+    returncode, _, report = runs[EXITS]
+    assert returncode == 3 and report["status"] == "running"

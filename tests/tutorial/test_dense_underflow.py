@@ -36,6 +36,15 @@ def test_net_scores_every_pixel_and_the_loss_gradient_is_below_one_over_n():
     assert np.abs(logits.grad.asnumpy()).max() <= 1.0 / n * (1 + 1e-6)
 
 
+def test_loss_is_the_mean_sigmoid_cross_entropy_and_finite_for_large_logits():
+    z = np.array([[-100.0, -30.0, -2.0, 0.0, 0.5, 3.0, 30.0, 100.0]])
+    y = np.array([[0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]])
+    # -log(sigmoid(z)) = logaddexp(0, -z), -log(1 - sigmoid(z)) = logaddexp(0, z)
+    want = np.mean(y * np.logaddexp(0, -z) + (1 - y) * np.logaddexp(0, z))
+    got = MeanSigmoidBCE()(mx.nd.array(z), mx.nd.array(y)).asscalar()
+    assert np.isclose(got, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("mode", DENSE_MODES)
 def test_train_dense_runs_each_mode(mode):
     data = digit_grids(8, seed=0) + digit_grids(4, seed=1, split="test")
