@@ -587,10 +587,12 @@ class Graph:
     def consumed_entries(self):
         """Every entry read by a node or returned as a head, sorted (list of (int, int))."""
         if self._consumed is None:
-            self._consumed = tuple(sorted(
-                {(src, out) for _, src, out in self._all_inputs()}
-                | {(src, out) for src, out, _ in self._meta["heads"]}))
-        return list(self._consumed)
+            flat = array.array("q")
+            for entry in sorted({(src, out) for _, src, out in self._all_inputs()}
+                                | {(src, out) for src, out, _ in self._meta["heads"]}):
+                flat.extend(entry)
+            self._consumed = flat
+        return list(zip(self._consumed[0::2], self._consumed[1::2]))
 
     def with_heads(self, entries):
         """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs); its
@@ -636,25 +638,33 @@ class Graph:
         return Graph._of(cols.done(), dict(self._meta))
 
     def entry_dtypes(self, entries, known):
-        """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known``."""
-        key = (tuple(entries), tuple(sorted((n, _np(t)) for n, t in known.items())))
+        """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known`` (one byte an
+        entry: the dtypes of a long graph's entries as a dict are several times its file)."""
+        entries = [(e[0], e[1]) for e in entries]
+        flat = array.array("q")
+        for entry in entries:
+            flat.extend(entry)
+        key = (flat.tobytes(), tuple(sorted((n, _np(t)) for n, t in known.items())))
         if key not in self._dtypes:
-            self._dtypes[key] = self._infer_entries(list(entries), known)
-        types, variables = self._dtypes[key]
-        return dict(types), dict(variables)
+            types, variables = self._infer_entries(entries, known)
+            kinds = list(dict.fromkeys(types))
+            code = {t: k for k, t in enumerate(kinds)}
+            self._dtypes[key] = kinds, array.array("B", [code[t] for t in types]), variables
+        kinds, codes, variables = self._dtypes[key]
+        return dict(zip(entries, [kinds[c] for c in codes])), dict(variables)
 
     def _infer_entries(self, entries, known):
+        """The dtypes of ``entries`` (``(node, output)`` pairs), in order, and of the inputs."""
         typing = self._typed_by()._internal_outputs()
         where = None if typing is None else [typing[1].get(e) for e in entries]
         if where is None or None in where:
             probe = Graph._of(self._cols, dict(self._meta, heads=[[src, out, 0]
                                                                  for src, out in entries]))
             arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
-            types = dict(zip(entries, out_types))
+            types = list(out_types)
         else:
             arg_types, out_types, aux_types = infer_types(typing[0], known)
-            types = {(e if type(e) is tuple and len(e) == 2 else (e[0], e[1])): out_types[k]
-                     for e, k in zip(entries, where)}
+            types = [out_types[k] for k in where]
         variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
                      if t is not None}
         return types, variables
