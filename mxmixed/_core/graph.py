@@ -119,7 +119,9 @@ _NODE_KEYS = frozenset(("op", "name", "attrs", "inputs"))
 class _Columns:
     """The nodes of a graph, a column per field, about a tenth of their records' size.
 
-    Per node: its op's name (shared by every node of the op), its name, its attributes (one
+    Per node: its op's name (shared by every node of the op), its name (all names in one
+    string, each a slice of it, so that no small object per node outlives the parse), its
+    attributes (one
     dict shared by every node with equal attributes in the same order; None: the record has
     no ``attrs``) and its inputs, three integers an entry in one array (node ``i``'s are
     ``entries[first[i]:first[i + 1]]``). A record of another form (``control_deps``,
@@ -127,17 +129,30 @@ class _Columns:
     Never changed once built.
     """
 
-    __slots__ = ("ops", "names", "attrs", "first", "entries", "odd", "_shared")
+    __slots__ = ("ops", "attrs", "first", "entries", "odd", "_names", "_blob", "_at", "_shared")
 
     def __init__(self):
-        self.ops, self.names, self.attrs = [], [], []
+        self.ops, self.attrs, self._names = [], [], []
+        self._blob, self._at = None, None
         self.first = array.array("q", [0])
         self.entries = array.array("q")
         self.odd = {}
         self._shared = {}  # attributes by content while building
 
     def __len__(self):
-        return len(self.names)
+        return len(self.first) - 1
+
+    def name(self, i):
+        """Node ``i``'s name."""
+        raw = self.odd.get(i) if self.odd else None
+        return self._blob[self._at[i]:self._at[i + 1]] if raw is None else raw["name"]
+
+    def names(self):
+        """Every node's name, in order (a new list)."""
+        if self.odd:
+            return [self.name(i) for i in range(len(self))]
+        blob, at = self._blob, self._at
+        return [blob[at[i]:at[i + 1]] for i in range(len(self))]
 
     def inputs(self, i):
         """Node ``i``'s entries, ``(node, output, version)`` tuples."""
@@ -148,7 +163,7 @@ class _Columns:
         """Append ``node``: a :class:`Node`, a :class:`_Row` or a mapping (a record)."""
         if type(node) is Node and not node._cols.odd.get(node._i):
             cols, i = node._cols, node._i
-            self._push(cols.ops[i], cols.names[i], cols.attrs[i],
+            self._push(cols.ops[i], cols.name(i), cols.attrs[i],
                        cols.entries[cols.first[i]:cols.first[i + 1]])
         elif type(node) is _Row:
             self._push(node.op, node.name, self.shared(node.attrs), node.flat)
@@ -167,7 +182,7 @@ class _Columns:
 
     def _push(self, op, name, attrs, flat):
         self.ops.append(sys.intern(op))
-        self.names.append(name)
+        self._names.append(name)
         self.attrs.append(attrs)
         self.entries.extend(flat)
         self.first.append(len(self.entries))
@@ -178,16 +193,19 @@ class _Columns:
             raw["inputs"] = tuple(tuple(e) for e in raw["inputs"])
         if isinstance(raw.get("attrs"), Mapping) and not isinstance(raw["attrs"], dict):
             raw["attrs"] = dict(raw["attrs"])
-        self.odd[len(self.names)] = raw
+        self.odd[len(self)] = raw
         op, name = raw.get("op"), raw.get("name")
         self.ops.append(sys.intern(op) if type(op) is str else op)
-        self.names.append(name)
+        self._names.append(name if type(name) is str else "")
         self.attrs.append(raw.get("attrs") if isinstance(raw.get("attrs"), dict) else None)
         self.first.append(len(self.entries))
 
     def done(self):
-        """The columns, built: the sharing table dropped."""
-        self._shared = None
+        """The columns, built: the names joined, the sharing table dropped."""
+        self._at = array.array("q", [0])
+        for name in self._names:
+            self._at.append(self._at[-1] + len(name))
+        self._blob, self._names, self._shared = "".join(self._names), None, None
         return self
 
     def text(self, i, attrs_text):
@@ -201,13 +219,13 @@ class _Columns:
         if attrs is None:
             return '{"op": %s, "name": %s, "inputs": [%s]}' % (
                 json.dumps(self.ops[i], ensure_ascii=False),
-                json.dumps(self.names[i], ensure_ascii=False), inputs)
+                json.dumps(self.name(i), ensure_ascii=False), inputs)
         key = id(attrs)
         if key not in attrs_text:
             attrs_text[key] = json.dumps(attrs, ensure_ascii=False)
         return '{"op": %s, "name": %s, "attrs": %s, "inputs": [%s]}' % (
             json.dumps(self.ops[i], ensure_ascii=False),
-            json.dumps(self.names[i], ensure_ascii=False), attrs_text[key], inputs)
+            json.dumps(self.name(i), ensure_ascii=False), attrs_text[key], inputs)
 
 
 class _Row:
@@ -315,7 +333,7 @@ class Node(Mapping):
     def name(self):
         """str"""
         raw = self._odd()
-        return self._cols.names[self._i] if raw is None else raw["name"]
+        return self._cols.name(self._i) if raw is None else raw["name"]
 
     @property
     def attrs(self):
@@ -530,7 +548,7 @@ class Graph:
     def index(self, name):
         """The index of the node called ``name`` (the last one, if several share it)."""
         if self._index is None:
-            self._index = {name: i for i, name in enumerate(self._cols.names)}
+            self._index = {name: i for i, name in enumerate(self._cols.names())}
         return self._index[name]
 
     def _all_inputs(self):
@@ -678,7 +696,7 @@ class Graph:
         node names repeat (an internal output is known by its node's name) or a node's outputs
         are not listed together."""
         if self._typing is None:
-            names = self._cols.names
+            names = self._cols.names()
             self._typing = (None,)
             if len(set(names)) == len(names):
                 internals = self.to_symbol().get_internals()
