@@ -8,11 +8,13 @@ back into a Symbol one way (:func:`load_graph`), rewritten with one bookkeeping
 
 A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=False)``
 (``nodes``, each with ``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``;
-``arg_nodes``; ``heads``), parsed once, with what is derived from it (readers, dtypes,
-shapes, the Symbol) computed when first asked for and kept. Its nodes are read-only
-:class:`Node` records (``node.op``, ``node.name``, ``node.attrs``, ``node.inputs``); a changed
-graph is a new Graph (:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`),
-so nothing derived can go stale. This module is the only one that reads the JSON dict; the
+``arg_nodes``; ``heads``), parsed once into columns (a node's op, name, shared attributes and
+inputs, in a few arrays: under its file's size, where the parsed records are several times
+it), with what is derived from it (readers, dtypes, shapes, the Symbol) computed when first
+asked for and kept compact. Its nodes are read-only :class:`Node` views (``node.op``,
+``node.name``, ``node.attrs``, ``node.inputs``); a changed graph is a new Graph
+(:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`), so nothing derived
+can go stale. This module is the only one that reads the JSON dict; the
 others read nodes by the attributes of :class:`Node` (and of :class:`Record`, a node being
 built, which they change as a dict), never as ``node["op"]``: a Node's mapping form is there to
 copy it (``Record(node, inputs=...)``), and ``tests/project/test_node_reads.py`` refuses a
