@@ -18,7 +18,10 @@ Three workloads, each built here (no download):
   ``mxmixed convert --format onnx``: the same peak memory less that of a 16x16 model, as a
   multiple of the params file's size.
 
-Peak memory is ``ru_maxrss`` of the finished child (``os.wait4``), exact for one run.
+Peak memory is ``ru_maxrss`` of the finished child (``os.wait4``), exact for one run. Linux
+counts in it the memory of the process it was forked from (the mark survives ``exec``), so the
+child is started by a small Python process of its own: started from this one, whose MXNet runs
+made it 320 MB, every command's peak was at least that (the 10-node chains' bases among them).
 
 Usage: ``python benchmarks/graph_cost.py [--nodes N] [--refused N] [--rounds N] [--json PATH]``
 """
@@ -113,20 +116,24 @@ def _dense(prefix, width):
     return os.path.getsize(prefix + "-0000.params")
 
 
+# Runs the command given after it and prints its ru_maxrss (KiB), exit status and seconds.
+_MEASURE = ("import os, subprocess, sys, time; start = time.perf_counter(); "
+            "proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+            "_, status, usage = os.wait4(proc.pid, 0); "
+            "print(usage.ru_maxrss, os.waitstatus_to_exitcode(status), "
+            "time.perf_counter() - start)")
+
+
 def peak_rss(argv):
     """Peak resident memory (bytes) and seconds of a command run to its end."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s" % (" ".join(argv[3:]), proc.returncode,
-                                                   err.strip().splitlines()[-1:]))
-    return usage.ru_maxrss * 1024, seconds
+    proc = subprocess.run([sys.executable, "-c", _MEASURE] + list(argv), capture_output=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    err = proc.stderr.decode(errors="replace")
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) != 3 or fields[1] != b"0":
+        raise RuntimeError("%s failed (%s): %s" % (" ".join(argv[3:]), fields[1:2] or
+                                                   proc.returncode, err.strip().splitlines()[-1:]))
+    return int(fields[0]) * 1024, float(fields[2])
 
 
 def _convert(prefix, out, *extra):
