@@ -44,7 +44,7 @@ from .dtypes import BFLOAT16, FLOAT32, dtype_name
 from .errors import one_line
 
 __all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_graph", "graph_text",
-           "load_graph",
+           "load_graph", "symbol_json",
            "Rebuild",
            "inline_nodes",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
@@ -278,6 +278,30 @@ def _parsed_node(pairs):
     return record
 
 
+def _columns_of_text(text):
+    """The columns of a graph's JSON text and its other keys, each node put into the columns as
+    it is parsed (no record per node outlives its parse); None where a node is of another form
+    (control dependencies, subgraphs: the caller parses the text whole)."""
+    cols, odd = _Columns(), []
+
+    def hook(pairs):
+        record = dict(pairs)
+        if "inputs" in record and "op" in record:
+            row = _plain_row(record)
+            if row is None:
+                odd.append(record)
+                return record
+            cols.add(row)
+            return None
+        return record
+
+    data = json.loads(text, object_pairs_hook=hook)
+    if odd or not isinstance(data, dict) or not isinstance(data.get("nodes"), list) \
+            or len(data["nodes"]) != len(cols) or any(n is not None for n in data["nodes"]):
+        return None
+    return cols.done(), {k: v for k, v in data.items() if k not in ("nodes", "node_row_ptr")}
+
+
 def _dicts(value):
     """``value`` with every :class:`_Row` in it back as a dict (a subgraph's nodes)."""
     if type(value) is _Row:
@@ -484,6 +508,10 @@ class Graph:
         if symbol is not None:
             data = symbol.tojson(remove_amp_cast=False)
         if isinstance(data, (str, bytes)):
+            parsed = _columns_of_text(data)
+            if parsed is not None:
+                self._init(*parsed, symbol)
+                return
             data = json.loads(data, object_pairs_hook=_parsed_node)
         cols = _Columns()
         for node in data["nodes"]:
@@ -797,6 +825,23 @@ def load_graph(graph):
     if isinstance(graph, Graph):
         return mx.sym.load_json(graph.text())
     return mx.sym.load_json(graph_text({k: v for k, v in graph.items() if k != "node_row_ptr"}))
+
+
+def symbol_json(sym):
+    """``sym.tojson(remove_amp_cast=False)`` as MXNet writes it, in bytes (UTF-8): the text
+    written to a file without a decoded copy of a long graph's JSON beside MXNet's.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+
+    Returns
+    -------
+    bytes
+    """
+    text = ctypes.c_char_p()
+    mx.base.check_call(mx.base._LIB.MXSymbolSaveToJSON(sym.handle, ctypes.byref(text)))
+    return text.value
 
 
 def _plain(value):

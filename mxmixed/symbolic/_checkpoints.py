@@ -12,7 +12,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import Graph, as_graph
+from .._core.graph import Graph, as_graph, symbol_json
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
 from .._core.errors import one_line
@@ -375,6 +375,6 @@ def save_checkpoint(prefix: str, epoch: int, sym: mx.sym.Symbol, arg_params: Dic
         raise ConversionError("output folder %s does not exist" % folder)
     payload = {"arg:%s" % k: v for k, v in arg_params.items()}
     payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
-    atomic_write_group([(sym_path, sym.tojson(remove_amp_cast=False)),
+    atomic_write_group([(sym_path, symbol_json(sym)),
                         (params_path, nd_bytes(payload))])
     return sym_path, params_path
