@@ -119,16 +119,15 @@ _NODE_KEYS = frozenset(("op", "name", "attrs", "inputs"))
 
 
 class _Columns:
-    """The nodes of a graph, a column per field, about a tenth of their records' size.
+    """The nodes of a graph, a column per field: about an eighth of their parsed records.
 
     Per node: its op's name (shared by every node of the op), its name (all names in one
     string, each a slice of it, so that no small object per node outlives the parse), its
-    attributes (one
-    dict shared by every node with equal attributes in the same order; None: the record has
-    no ``attrs``) and its inputs, three integers an entry in one array (node ``i``'s are
-    ``entries[first[i]:first[i + 1]]``). A record of another form (``control_deps``,
-    ``subgraphs``, an older format's keys, two-element entries) is kept whole in ``odd``.
-    Never changed once built.
+    attributes (one dict shared by every node with equal attributes in the same order; None:
+    the record has no ``attrs``) and its inputs, three integers an entry in one array (node
+    ``i``'s are ``entries[first[i]:first[i + 1]]``). A record of another form
+    (``control_deps``, ``subgraphs``, an older format's keys, two-element entries) is kept
+    whole in ``odd``. Never changed once built (:meth:`done`).
     """
 
     __slots__ = ("ops", "attrs", "first", "entries", "odd", "_names", "_blob", "_at", "_shared")
