@@ -116,6 +116,7 @@ class GraphShapeError(ValueError):
 
 _EMPTY = MappingProxyType({})
 _NODE_KEYS = frozenset(("op", "name", "attrs", "inputs"))
+_INT = frozenset((int,))
 
 
 class _Columns:
@@ -209,24 +210,24 @@ class _Columns:
         self._blob, self._names, self._shared = "".join(self._names), None, None
         return self
 
-    def text(self, i, attrs_text):
-        """Node ``i`` as JSON text (``attrs_text``: the text of each shared dict, by id)."""
-        raw = self.odd.get(i) if self.odd else None
-        if raw is not None:
-            return json.dumps(raw, ensure_ascii=False, default=_plain)
-        attrs = self.attrs[i]
-        flat = self.entries[self.first[i]:self.first[i + 1]]
-        inputs = ", ".join("[%d, %d, %d]" % e for e in zip(flat[0::3], flat[1::3], flat[2::3]))
-        if attrs is None:
-            return '{"op": %s, "name": %s, "inputs": [%s]}' % (
-                json.dumps(self.ops[i], ensure_ascii=False),
-                json.dumps(self.name(i), ensure_ascii=False), inputs)
-        key = id(attrs)
-        if key not in attrs_text:
-            attrs_text[key] = json.dumps(attrs, ensure_ascii=False)
-        return '{"op": %s, "name": %s, "attrs": %s, "inputs": [%s]}' % (
-            json.dumps(self.ops[i], ensure_ascii=False),
-            json.dumps(self.name(i), ensure_ascii=False), attrs_text[key], inputs)
+    def records(self, start, stop):
+        """Nodes ``start`` to ``stop`` as JSON-ready records (dicts; the shared attributes as
+        they are, an entry as a list), to write them a slice at a time."""
+        first, names = self.first, self.names() if self.odd else None
+        flat = self.entries[first[start]:first[stop]].tolist()
+        base, out = first[start], []
+        for i in range(start, stop):
+            raw = self.odd.get(i) if self.odd else None
+            if raw is not None:
+                out.append(raw)
+                continue
+            record = {"op": self.ops[i], "name": self._blob[self._at[i]:self._at[i + 1]]
+                      if names is None else names[i]}
+            if self.attrs[i] is not None:
+                record["attrs"] = self.attrs[i]
+            record["inputs"] = [flat[k - base:k - base + 3] for k in range(first[i], first[i + 1], 3)]
+            out.append(record)
+        return out
 
 
 class _Row:
@@ -257,10 +258,11 @@ def _plain_row(record):
         return None
     flat = []
     for entry in inputs:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3 \
-                or not all(type(v) is int for v in entry):
+        if type(entry) not in (list, tuple) or len(entry) != 3:
             return None
-        flat.extend(entry)
+        flat += entry
+    if not _INT.issuperset(map(type, flat)):
+        return None
     return _Row(op, name, attrs, flat)
 
 
@@ -565,9 +567,13 @@ class Graph:
 
     def text(self):
         """The graph as JSON text that MXNet's reader reads back as it was (see
-        :func:`graph_text`), written node by node from the columns."""
-        cols, shared = self._cols, {}
-        parts = ['{"nodes": [', ", ".join(cols.text(i, shared) for i in range(len(cols))), "]"]
+        :func:`graph_text`), written from the columns a slice of nodes at a time (never a
+        record per node for the whole graph)."""
+        cols, step = self._cols, 4096
+        nodes = [json.dumps(cols.records(start, min(start + step, len(cols))),
+                            ensure_ascii=False, default=_plain)[1:-1]
+                 for start in range(0, len(cols), step)]
+        parts = ['{"nodes": [', ", ".join(nodes), "]"]
         for key, value in self._meta.items():
             parts += [", ", json.dumps(key, ensure_ascii=False), ": ",
                       json.dumps(value, ensure_ascii=False, default=_plain)]
