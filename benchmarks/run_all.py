@@ -97,10 +97,11 @@ HOW = {
                  "steps in alternation; ratio per round; median and min-max over the rounds",
     "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
                 "ratio float32/bfloat16 per round; median and min-max over the rounds",
-    "graph_cost": "one fresh process per conversion; peak RSS (ru_maxrss of the child, "
-                  "os.wait4) less that of the same command on a tiny graph, over the file's "
-                  "size; settling timed at n and 2n alternated in one process, median and "
-                  "min-max over the rounds",
+    "graph_cost": "one fresh process per conversion, started by a small process of its own "
+                  "(Linux counts the forking process's memory in the child's peak); peak RSS "
+                  "(ru_maxrss of the child, os.wait4) less that of the same command on a tiny "
+                  "graph, over the file's size; settling timed at n and 2n alternated in one "
+                  "process, median and min-max over the rounds",
     "gpu_throughput": "three persistent worker processes (float32, AMP, cast+MP) time blocks "
                       "of steps in alternation per batch size; images/s and speed-up over "
                       "float32 per round; peak memory from nvidia-smi per process",

@@ -8,11 +8,13 @@ back into a Symbol one way (:func:`load_graph`), rewritten with one bookkeeping
 
 A graph travels as a :class:`Graph`: the dict of ``sym.tojson(remove_amp_cast=False)``
 (``nodes``, each with ``op``, ``name``, ``attrs``, ``inputs`` as ``[node, output, version]``;
-``arg_nodes``; ``heads``), parsed once, with what is derived from it (readers, dtypes,
-shapes, the Symbol) computed when first asked for and kept. Its nodes are read-only
-:class:`Node` records (``node.op``, ``node.name``, ``node.attrs``, ``node.inputs``); a changed
-graph is a new Graph (:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`),
-so nothing derived can go stale. This module is the only one that reads the JSON dict; the
+``arg_nodes``; ``heads``), parsed once into columns (a node's op, name, shared attributes and
+inputs, in a few arrays: under its file's size, where the parsed records are several times
+it), with what is derived from it (readers, dtypes, shapes, the Symbol) computed when first
+asked for and kept compact. Its nodes are read-only :class:`Node` views (``node.op``,
+``node.name``, ``node.attrs``, ``node.inputs``); a changed graph is a new Graph
+(:class:`Rebuild`, :meth:`Graph.with_attrs`, :meth:`Graph.with_nodes`), so nothing derived
+can go stale. This module is the only one that reads the JSON dict; the
 others read nodes by the attributes of :class:`Node` (and of :class:`Record`, a node being
 built, which they change as a dict), never as ``node["op"]``: a Node's mapping form is there to
 copy it (``Record(node, inputs=...)``), and ``tests/project/test_node_reads.py`` refuses a
@@ -30,7 +32,7 @@ import io
 import json
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -42,7 +44,7 @@ from .dtypes import BFLOAT16, FLOAT32, dtype_name
 from .errors import one_line
 
 __all__ = ["Graph", "Node", "Record", "GraphTypeError", "GraphShapeError", "as_graph", "graph_text",
-           "load_graph",
+           "load_graph", "symbol_json",
            "Rebuild",
            "inline_nodes",
            "entry_dtypes", "infer_types", "infer_shapes", "var_dtype", "dtype_code",
@@ -113,6 +115,211 @@ class GraphShapeError(ValueError):
 
 
 _EMPTY = MappingProxyType({})
+_NODE_KEYS = frozenset(("op", "name", "attrs", "inputs"))
+_INT = frozenset((int,))
+
+
+class _Columns:
+    """The nodes of a graph, a column per field: about an eighth of their parsed records.
+
+    Per node: its op's name (shared by every node of the op), its name (all names in one
+    string, each a slice of it, so that no small object per node outlives the parse), its
+    attributes (one dict shared by every node with equal attributes in the same order; None:
+    the record has no ``attrs``) and its inputs, three integers an entry in one array (node
+    ``i``'s are ``entries[first[i]:first[i + 1]]``). A record of another form
+    (``control_deps``, ``subgraphs``, an older format's keys, two-element entries) is kept
+    whole in ``odd``. Never changed once built (:meth:`done`).
+    """
+
+    __slots__ = ("ops", "attrs", "first", "entries", "odd", "_names", "_blob", "_at", "_shared")
+
+    def __init__(self):
+        self.ops, self.attrs, self._names = [], [], []
+        self._blob, self._at = None, None
+        self.first = array.array("q", [0])
+        self.entries = array.array("q")
+        self.odd = {}
+        self._shared = {}  # attributes by content while building
+
+    def __len__(self):
+        return len(self.first) - 1
+
+    def name(self, i):
+        """Node ``i``'s name."""
+        raw = self.odd.get(i) if self.odd else None
+        return self._blob[self._at[i]:self._at[i + 1]] if raw is None else raw["name"]
+
+    def names(self):
+        """Every node's name, in order (a new list)."""
+        if self.odd:
+            return [self.name(i) for i in range(len(self))]
+        blob, at = self._blob, self._at
+        return [blob[at[i]:at[i + 1]] for i in range(len(self))]
+
+    def inputs(self, i):
+        """Node ``i``'s entries, ``(node, output, version)`` tuples."""
+        flat = self.entries[self.first[i]:self.first[i + 1]]
+        return tuple(zip(flat[0::3], flat[1::3], flat[2::3]))
+
+    def add(self, node):
+        """Append ``node``: a :class:`Node`, a :class:`_Row` or a mapping (a record)."""
+        if type(node) is Node and not node._cols.odd.get(node._i):
+            cols, i = node._cols, node._i
+            self._push(cols.ops[i], cols.name(i), cols.attrs[i],
+                       cols.entries[cols.first[i]:cols.first[i + 1]])
+        elif type(node) is _Row:
+            self._push(node.op, node.name, self.shared(node.attrs), node.flat)
+        else:
+            row = _plain_row(node)
+            if row is None:
+                self._push_odd(node)
+            else:
+                self._push(row.op, row.name, self.shared(row.attrs), row.flat)
+
+    def shared(self, attrs):
+        """The dict of these attributes that equal nodes share (None stays None)."""
+        if attrs is None:
+            return None
+        return self._shared.setdefault(tuple(attrs.items()), attrs)
+
+    def _push(self, op, name, attrs, flat):
+        self.ops.append(sys.intern(op))
+        self._names.append(name)
+        self.attrs.append(attrs)
+        self.entries.extend(flat)
+        self.first.append(len(self.entries))
+
+    def _push_odd(self, record):
+        raw = dict(record)
+        if isinstance(raw.get("inputs"), (list, tuple)):
+            raw["inputs"] = tuple(tuple(e) for e in raw["inputs"])
+        if isinstance(raw.get("attrs"), Mapping) and not isinstance(raw["attrs"], dict):
+            raw["attrs"] = dict(raw["attrs"])
+        self.odd[len(self)] = raw
+        op, name = raw.get("op"), raw.get("name")
+        self.ops.append(sys.intern(op) if type(op) is str else op)
+        self._names.append(name if type(name) is str else "")
+        self.attrs.append(raw.get("attrs") if isinstance(raw.get("attrs"), dict) else None)
+        self.first.append(len(self.entries))
+
+    def done(self):
+        """The columns, built: the names joined, the sharing table dropped."""
+        self._at = array.array("q", [0])
+        for name in self._names:
+            self._at.append(self._at[-1] + len(name))
+        self._blob, self._names, self._shared = "".join(self._names), None, None
+        return self
+
+    def records(self, start, stop):
+        """Nodes ``start`` to ``stop`` as JSON-ready records (dicts; the shared attributes as
+        they are, an entry as a list), to write them a slice at a time."""
+        first, names = self.first, self.names() if self.odd else None
+        flat = self.entries[first[start]:first[stop]].tolist()
+        base, out = first[start], []
+        for i in range(start, stop):
+            raw = self.odd.get(i) if self.odd else None
+            if raw is not None:
+                out.append(raw)
+                continue
+            record = {"op": self.ops[i], "name": self._blob[self._at[i]:self._at[i + 1]]
+                      if names is None else names[i]}
+            if self.attrs[i] is not None:
+                record["attrs"] = self.attrs[i]
+            record["inputs"] = [flat[k - base:k - base + 3] for k in range(first[i], first[i + 1], 3)]
+            out.append(record)
+        return out
+
+
+class _Row:
+    """A node record in its plain form, as parsing makes it (before its columns)."""
+
+    __slots__ = ("op", "name", "attrs", "flat")
+
+    def __init__(self, op, name, attrs, flat):
+        self.op, self.name, self.attrs, self.flat = op, name, attrs, flat
+
+
+def _plain_row(record):
+    """``record`` (a mapping) as a :class:`_Row`, or None where it is not of the plain form:
+    ``op`` and ``name`` strings, ``attrs`` (optional) of strings, ``inputs`` of three integers
+    an entry."""
+    if not _NODE_KEYS.issuperset(record) or "inputs" not in record:
+        return None
+    op, name, inputs = record.get("op"), record.get("name"), record["inputs"]
+    attrs = record.get("attrs")
+    if type(op) is not str or type(name) is not str or not isinstance(inputs, (list, tuple)):
+        return None
+    if attrs is not None:
+        if not isinstance(attrs, Mapping) or not all(
+                type(k) is str and type(v) is str for k, v in attrs.items()):
+            return None
+        attrs = dict(attrs)
+    elif "attrs" in record:
+        return None
+    flat = []
+    for entry in inputs:
+        if type(entry) not in (list, tuple) or len(entry) != 3:
+            return None
+        flat += entry
+    if not _INT.issuperset(map(type, flat)):
+        return None
+    return _Row(op, name, attrs, flat)
+
+
+def _parsed_node(pairs):
+    """An ``object_pairs_hook``: a node in the plain form as a :class:`_Row` (no dict of its
+    own while the graph is parsed), any other object as a dict."""
+    record = dict(pairs)
+    if "subgraphs" in record:
+        record["subgraphs"] = _dicts(record["subgraphs"])
+    if "inputs" in record and "op" in record:
+        row = _plain_row(record)
+        if row is not None:
+            return row
+    return record
+
+
+def _columns_of_text(text):
+    """The columns of a graph's JSON text and its other keys, each node put into the columns as
+    it is parsed (no record per node outlives its parse); None where a node is of another form
+    (control dependencies, subgraphs: the caller parses the text whole)."""
+    cols, odd = _Columns(), []
+
+    def hook(pairs):
+        record = dict(pairs)
+        if "inputs" in record and "op" in record:
+            row = _plain_row(record)
+            if row is None:
+                odd.append(record)
+                return record
+            cols.add(row)
+            return None
+        return record
+
+    data = json.loads(text, object_pairs_hook=hook)
+    if odd or not isinstance(data, dict) or not isinstance(data.get("nodes"), list) \
+            or len(data["nodes"]) != len(cols) or any(n is not None for n in data["nodes"]):
+        return None
+    return cols.done(), {k: v for k, v in data.items() if k not in ("nodes", "node_row_ptr")}
+
+
+def _dicts(value):
+    """``value`` with every :class:`_Row` in it back as a dict (a subgraph's nodes)."""
+    if type(value) is _Row:
+        return _row_dict(value)
+    if isinstance(value, list):
+        return [_dicts(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dicts(v) for k, v in value.items()}
+    return value
+
+
+def _row_dict(row):
+    record = {"op": row.op, "name": row.name}
+    if row.attrs is not None:
+        record["attrs"] = row.attrs
+    record["inputs"] = [list(row.flat[k:k + 3]) for k in range(0, len(row.flat), 3)]
+    return record
 
 
 class Node(Mapping):
@@ -123,64 +330,116 @@ class Node(Mapping):
     (``tests/project/test_node_reads.py``). ``inputs`` holds ``(node, output, version)``
     tuples; ``attrs`` is a read-only mapping (empty when the node has none).
 
-    The record is kept in one compact form, the same for JSON: its inputs as tuples (not lists
-    and tuples both) and its op's name shared by every node of that op.
+    A Node is a view of its graph's columns (made when asked for, a few dozen bytes): the
+    graph keeps no record per node.
     """
 
-    __slots__ = ("_raw",)
+    __slots__ = ("_cols", "_i")
 
-    def __init__(self, raw):
-        self._raw = raw
-        inputs = raw["inputs"]
-        if type(inputs) is not tuple:
-            raw["inputs"] = tuple(tuple(e) for e in inputs)
-        op = raw["op"]
-        if type(op) is str:
-            raw["op"] = sys.intern(op)
+    def __init__(self, cols, i):
+        self._cols = cols
+        self._i = i
+
+    @classmethod
+    def of(cls, record):
+        """A Node of one record (a mapping), on columns of its own."""
+        cols = _Columns()
+        cols.add(record)
+        return cls(cols.done(), 0)
+
+    def _odd(self):
+        return self._cols.odd.get(self._i) if self._cols.odd else None
 
     @property
     def op(self):
         """str: the operator, ``'null'`` for a variable."""
-        return self._raw["op"]
+        raw = self._odd()
+        return self._cols.ops[self._i] if raw is None else raw["op"]
 
     @property
     def name(self):
         """str"""
-        return self._raw["name"]
+        raw = self._odd()
+        return self._cols.name(self._i) if raw is None else raw["name"]
 
     @property
     def attrs(self):
         """Mapping of str to str: the attributes (read-only)."""
-        attrs = self._raw.get("attrs")
+        raw = self._odd()
+        attrs = self._cols.attrs[self._i] if raw is None else raw.get("attrs")
         return _EMPTY if attrs is None else MappingProxyType(attrs)
 
     @property
     def inputs(self):
         """tuple of (int, int, int): the entries read, ``(node, output, version)``."""
-        return self._raw["inputs"]
+        raw = self._odd()
+        return self._cols.inputs(self._i) if raw is None else raw["inputs"]
 
     @property
     def is_variable(self):
         """bool: a graph input (``op == 'null'``)."""
-        return self._raw["op"] == "null"
+        return self.op == "null"
+
+    def _keys(self):
+        raw = self._odd()
+        if raw is not None:
+            return list(raw)
+        if self._cols.attrs[self._i] is None:
+            return ["op", "name", "inputs"]
+        return ["op", "name", "attrs", "inputs"]
 
     def __getitem__(self, key):
+        raw = self._odd()
         if key == "attrs":
-            if "attrs" not in self._raw:
+            if (raw is None and self._cols.attrs[self._i] is None) or \
+                    (raw is not None and "attrs" not in raw):
                 raise KeyError(key)
             return self.attrs
-        if key == "inputs":
-            return self.inputs
-        return self._raw[key]
+        if raw is not None:
+            return raw[key]
+        if key in ("op", "name", "inputs"):
+            return getattr(self, key)
+        raise KeyError(key)
 
     def __iter__(self):
-        return iter(self._raw)
+        return iter(self._keys())
 
     def __len__(self):
-        return len(self._raw)
+        return len(self._keys())
 
     def __repr__(self):
-        return "Node(%r)" % (self._raw,)
+        return "Node(%r)" % ({k: dict(v) if k == "attrs" else v for k, v in self.items()},)
+
+
+class _NodeList(Sequence):
+    """A graph's nodes in order, each a :class:`Node` made when read."""
+
+    __slots__ = ("_cols",)
+
+    def __init__(self, cols):
+        self._cols = cols
+
+    def __len__(self):
+        return len(self._cols)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [Node(self._cols, j) for j in range(len(self._cols))[i]]
+        n = len(self._cols)
+        if not -n <= i < n:
+            raise IndexError("node index out of range")
+        return Node(self._cols, i % n)
+
+    def __iter__(self):
+        cols = self._cols
+        return (Node(cols, i) for i in range(len(cols)))
+
+    def __eq__(self, other):
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
 
 
 class Record(dict):
@@ -195,10 +454,10 @@ class Record(dict):
 
 
 def _record(node):
-    """A node record for a graph's JSON: a :class:`Node`'s own, or a dict made JSON-ready (a
+    """A node record for a graph: a :class:`Node` as it is, or a dict made JSON-ready (a
     read-only mapping, such as a Node's ``attrs``, copied into a dict)."""
     if isinstance(node, Node):
-        return node._raw
+        return node
     if any(isinstance(v, Mapping) and not isinstance(v, dict) for v in node.values()):
         node = {k: dict(v) if isinstance(v, Mapping) and not isinstance(v, dict) else v
                 for k, v in node.items()}
@@ -233,12 +492,14 @@ class Graph:
 
     The readers of each node, the dtypes MXNet infers (kept per set of known inputs) and the
     Symbol are computed when first asked for and kept. The nodes are read-only
-    (:class:`Node`): a changed graph is a new one.
+    (:class:`Node`): a changed graph is a new one. They are kept column by column, not as the
+    parsed records (a long graph's records are several times its file); the stale
+    ``node_row_ptr`` is not kept.
 
     Parameters
     ----------
     data : dict or str or mxnet.symbol.Symbol
-        The dict (not copied; not to be changed afterwards) or JSON text of
+        The dict (not changed; its records are copied into columns) or JSON text of
         ``sym.tojson(remove_amp_cast=False)``, or the Symbol itself (:func:`as_graph` gives a
         Symbol's Graph without parsing it again where it has one).
     """
@@ -247,8 +508,28 @@ class Graph:
         symbol = data if isinstance(data, mx.sym.Symbol) else None
         if symbol is not None:
             data = symbol.tojson(remove_amp_cast=False)
-        self.json = json.loads(data) if isinstance(data, (str, bytes)) else data
-        self._nodes = None
+        if isinstance(data, (str, bytes)):
+            parsed = _columns_of_text(data)
+            if parsed is not None:
+                self._init(*parsed, symbol)
+                return
+            data = json.loads(data, object_pairs_hook=_parsed_node)
+        cols = _Columns()
+        for node in data["nodes"]:
+            cols.add(node)
+        self._init(cols.done(), {k: v for k, v in data.items()
+                                 if k not in ("nodes", "node_row_ptr")}, symbol)
+
+    @classmethod
+    def _of(cls, cols, meta):
+        graph = cls.__new__(cls)
+        graph._init(cols, meta, None)
+        return graph
+
+    def _init(self, cols, meta, symbol):
+        self._cols = cols
+        self._meta = meta  # heads, arg_nodes, attrs (every key but the nodes)
+        self._nodes = _NodeList(cols)
         self._readers = None
         self._consumers = None
         self._index = None
@@ -264,26 +545,59 @@ class Graph:
 
     @property
     def nodes(self):
-        """tuple of Node: the nodes in order."""
-        if self._nodes is None:
-            self._nodes = tuple(Node(raw) for raw in self.json["nodes"])
+        """Sequence of Node: the nodes in order."""
         return self._nodes
+
+    @property
+    def json(self):
+        """dict: the graph as its JSON's dict (a new one each time, records and all)."""
+        nodes = [{k: dict(v) if k == "attrs" else v for k, v in node.items()}
+                 for node in self._nodes]
+        return dict(self._meta, nodes=nodes)
 
     @property
     def heads(self):
         """list of list: the outputs, as entries ``[node, output, version]`` (a copy)."""
-        return [list(head) for head in self.json["heads"]]
+        return [list(head) for head in self._meta["heads"]]
 
     @property
     def arg_nodes(self):
         """list of int: the indices of the variable nodes (a copy)."""
-        return list(self.json["arg_nodes"])
+        return list(self._meta["arg_nodes"])
+
+    def text(self):
+        """The graph as JSON text that MXNet's reader reads back as it was (see
+        :func:`graph_text`), written from the columns a slice of nodes at a time (never a
+        record per node for the whole graph)."""
+        cols, step = self._cols, 4096
+        nodes = [json.dumps(cols.records(start, min(start + step, len(cols))),
+                            ensure_ascii=False, default=_plain)[1:-1]
+                 for start in range(0, len(cols), step)]
+        parts = ['{"nodes": [', ", ".join(nodes), "]"]
+        for key, value in self._meta.items():
+            parts += [", ", json.dumps(key, ensure_ascii=False), ": ",
+                      json.dumps(value, ensure_ascii=False, default=_plain)]
+        parts.append("}")
+        return "".join(parts)
 
     def index(self, name):
         """The index of the node called ``name`` (the last one, if several share it)."""
         if self._index is None:
-            self._index = {node.name: i for i, node in enumerate(self.nodes)}
+            self._index = {name: i for i, name in enumerate(self._cols.names())}
         return self._index[name]
+
+    def _all_inputs(self):
+        """``(reader, src, out)`` for every input of every node, in graph order."""
+        cols = self._cols
+        if not cols.odd:
+            first, flat = cols.first, cols.entries
+            for j in range(len(cols)):
+                for k in range(first[j], first[j + 1], 3):
+                    yield j, flat[k], flat[k + 1]
+            return
+        for j, reader in enumerate(self._nodes):
+            for src, out, _ in reader.inputs:
+                yield j, src, out
 
     def readers(self, entry):
         """The nodes that read ``entry``, once per input that reads it, in graph order.
@@ -300,9 +614,8 @@ class Graph:
         """
         if self._readers is None:
             readers = {}
-            for j, reader in enumerate(self.nodes):
-                for src, out, _ in reader.inputs:
-                    readers.setdefault((src, out), []).append(j)
+            for j, src, out in self._all_inputs():
+                readers.setdefault((src, out), []).append(j)
             self._readers = readers
         return list(self._readers.get((entry[0], entry[1]), ()))
 
@@ -319,25 +632,26 @@ class Graph:
         """
         if self._consumers is None:
             consumers = {}
-            for j, reader in enumerate(self.nodes):
-                for src, _, _ in reader.inputs:
-                    consumers.setdefault(src, set()).add(j)
+            for j, src, _ in self._all_inputs():
+                consumers.setdefault(src, set()).add(j)
             self._consumers = {src: sorted(js) for src, js in consumers.items()}
         return list(self._consumers.get(node, ()))
 
     def consumed_entries(self):
         """Every entry read by a node or returned as a head, sorted (list of (int, int))."""
         if self._consumed is None:
-            self._consumed = tuple(sorted(
-                {(src, out) for node in self.nodes for src, out, _ in node.inputs}
-                | {(src, out) for src, out, _ in self.json["heads"]}))
-        return list(self._consumed)
+            flat = array.array("q")
+            for entry in sorted({(src, out) for _, src, out in self._all_inputs()}
+                                | {(src, out) for src, out, _ in self._meta["heads"]}):
+                flat.extend(entry)
+            self._consumed = flat
+        return list(zip(self._consumed[0::2], self._consumed[1::2]))
 
     def with_heads(self, entries):
         """A Graph of the same nodes returning ``entries`` (``(node, output)`` pairs); its
         Symbol is made of this graph's Symbol, not from JSON."""
-        graph = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
-        graph._nodes = self.nodes
+        graph = Graph._of(self._cols, dict(self._meta, heads=[[src, out, 0]
+                                                              for src, out in entries]))
         graph._base = self._typed_by()
         return graph
 
@@ -356,44 +670,54 @@ class Graph:
         """
         records = {}
         for i, attrs in changes.items():
-            raw = self.json["nodes"][i]
-            new = dict(raw.get("attrs") or {})
+            node = self._nodes[i]
+            old = dict(node["attrs"]) if "attrs" in node else {}
+            new = dict(old)
             for key, value in attrs.items():
                 if value is None:
                     new.pop(key, None)
                 else:
                     new[key] = value
-            if new != (raw.get("attrs") or {}):
-                records[i] = dict(raw, attrs=new)
+            if new != old:
+                records[i] = dict(node, attrs=new)
         return self.with_nodes(records) if records else self
 
     def with_nodes(self, records):
         """A new Graph with the nodes at some indices replaced (``{index: record}``, a dict
         with ``op``, ``name``, ``attrs``, ``inputs`` in this graph's indices)."""
-        nodes = list(self.json["nodes"])
-        for i, record in records.items():
-            nodes[i] = _record(record)
-        return Graph(dict(self.json, nodes=nodes))
+        cols = _Columns()
+        for i, node in enumerate(self._nodes):
+            cols.add(_record(records[i]) if i in records else node)
+        return Graph._of(cols.done(), dict(self._meta))
 
     def entry_dtypes(self, entries, known):
-        """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known``."""
-        key = (tuple(entries), tuple(sorted((n, _np(t)) for n, t in known.items())))
+        """:func:`entry_dtypes` of this graph, kept per ``entries`` and ``known`` (one byte an
+        entry: the dtypes of a long graph's entries as a dict are several times its file)."""
+        entries = [(e[0], e[1]) for e in entries]
+        flat = array.array("q")
+        for entry in entries:
+            flat.extend(entry)
+        key = (flat.tobytes(), tuple(sorted((n, _np(t)) for n, t in known.items())))
         if key not in self._dtypes:
-            self._dtypes[key] = self._infer_entries(list(entries), known)
-        types, variables = self._dtypes[key]
-        return dict(types), dict(variables)
+            types, variables = self._infer_entries(entries, known)
+            kinds = list(dict.fromkeys(types))
+            code = {t: k for k, t in enumerate(kinds)}
+            self._dtypes[key] = kinds, array.array("B", [code[t] for t in types]), variables
+        kinds, codes, variables = self._dtypes[key]
+        return dict(zip(entries, [kinds[c] for c in codes])), dict(variables)
 
     def _infer_entries(self, entries, known):
+        """The dtypes of ``entries`` (``(node, output)`` pairs), in order, and of the inputs."""
         typing = self._typed_by()._internal_outputs()
         where = None if typing is None else [typing[1].get(e) for e in entries]
         if where is None or None in where:
-            probe = Graph(dict(self.json, heads=[[src, out, 0] for src, out in entries]))
+            probe = Graph._of(self._cols, dict(self._meta, heads=[[src, out, 0]
+                                                                 for src, out in entries]))
             arg_types, out_types, aux_types = infer_types(probe.to_symbol(), known)
-            types = dict(zip(entries, out_types))
+            types = list(out_types)
         else:
             arg_types, out_types, aux_types = infer_types(typing[0], known)
-            types = {(e if type(e) is tuple and len(e) == 2 else (e[0], e[1])): out_types[k]
-                     for e, k in zip(entries, where)}
+            types = [out_types[k] for k in where]
         variables = {n: t for n, t in list(arg_types.items()) + list(aux_types.items())
                      if t is not None}
         return types, variables
@@ -407,7 +731,7 @@ class Graph:
         node names repeat (an internal output is known by its node's name) or a node's outputs
         are not listed together."""
         if self._typing is None:
-            names = [node.name for node in self.nodes]
+            names = self._cols.names()
             self._typing = (None,)
             if len(set(names)) == len(names):
                 internals = self.to_symbol().get_internals()
@@ -445,7 +769,7 @@ class Graph:
     def _from_base(self):
         """This graph's Symbol made of its base's internal outputs, or None (no JSON)."""
         typing = self._base._internal_outputs()
-        heads = [(src, out) for src, out, _ in self.json["heads"]]
+        heads = [(src, out) for src, out, _ in self._meta["heads"]]
         where = None if typing is None else [typing[1].get(head) for head in heads]
         if where is None or None in where:
             return None
@@ -503,12 +827,32 @@ def load_graph(graph):
     -------
     mxnet.symbol.Symbol
     """
-    graph = graph.json if isinstance(graph, Graph) else graph
+    if isinstance(graph, Graph):
+        return mx.sym.load_json(graph.text())
     return mx.sym.load_json(graph_text({k: v for k, v in graph.items() if k != "node_row_ptr"}))
 
 
+def symbol_json(sym):
+    """``sym.tojson(remove_amp_cast=False)`` as MXNet writes it, in bytes (UTF-8): the text
+    written to a file without a decoded copy of a long graph's JSON beside MXNet's.
+
+    Parameters
+    ----------
+    sym : mxnet.symbol.Symbol
+
+    Returns
+    -------
+    bytes
+    """
+    text = ctypes.c_char_p()
+    mx.base.check_call(mx.base._LIB.MXSymbolSaveToJSON(sym.handle, ctypes.byref(text)))
+    return text.value
+
+
 def _plain(value):
-    """A read-only mapping (a :class:`Node`'s ``attrs``) as JSON sees it: a dict."""
+    """A read-only mapping (a :class:`Node`, its ``attrs``) as JSON sees it: a dict."""
+    if isinstance(value, Node):
+        return {k: dict(v) if k == "attrs" else v for k, v in value.items()}
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError("%s is not JSON serializable" % type(value).__name__)
@@ -580,7 +924,7 @@ class Rebuild:
 
     def node(self, new_id):
         """New node ``new_id``, added so far, as a :class:`Node`."""
-        return Node(self.nodes[new_id])
+        return Node.of(self.nodes[new_id])
 
     def add(self, *nodes):
         """Append nodes (inputs in new indices); the index of the last one."""
@@ -614,7 +958,7 @@ class Rebuild:
                 self.nodes[k] = dict(node, control_deps=[
                     new for new in (self._node_for(d) for d in node["control_deps"])
                     if new is not None])
-        out = {k: v for k, v in self.old.json.items() if k != "node_row_ptr"}
+        out = dict(self.old._meta)
         out.update(nodes=self.nodes,
                    arg_nodes=[j for j, node in enumerate(self.nodes) if node["op"] == "null"],
                    heads=[self.entry(e) for e in (self.old.heads if heads is None else heads)])

@@ -236,10 +236,12 @@ def _fill(path, content, target):
         if callable(content):
             content(path)
         else:
-            if isinstance(content, str):
-                content = content.encode("utf-8")
             with open(path, "wb") as fileobj:
-                fileobj.write(content)
+                if isinstance(content, str):  # a MiB at a time: no second copy of a long text
+                    for start in range(0, len(content), 1 << 20):
+                        fileobj.write(content[start:start + (1 << 20)].encode("utf-8"))
+                else:
+                    fileobj.write(content)
         with open(path, "rb") as fileobj:
             os.fsync(fileobj.fileno())
     except OSError as err:  # a full disk: one line that names the target, not the temporary

@@ -12,7 +12,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import Graph, as_graph
+from .._core.graph import Graph, as_graph, symbol_json
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
 from .._core.errors import one_line
@@ -91,15 +91,20 @@ def _listdir(folder):
         return []
 
 
-def _parse_symbol(text, path):
+def _parse_symbol(path):
     """The Symbol of a ``-symbol.json`` from someone else: its JSON checked, then its graph
-    (:func:`mxmixed._files.untrusted.check_graph`), before MXNet's loader sees it."""
+    (:func:`mxmixed._files.untrusted.check_graph`), before MXNet's loader sees it. The file's
+    bytes, its text and the parsed dict each go as soon as the next form exists (a long graph's
+    dict is several times its file)."""
+    text = _read_bytes(path, "symbol", MAX_GRAPH_BYTES)
+    nbytes = len(text)
     try:
         check_json_depth(text, "symbol file %s" % path)
     except UnsafeFileError as err:
         raise ConversionError(str(err)) from None
     try:
-        graph = json.loads(text.decode("utf-8"), object_pairs_hook=json_object_pairs)
+        text = text.decode("utf-8")
+        graph = json.loads(text, object_pairs_hook=json_object_pairs)
     except UnicodeDecodeError:
         raise ConversionError("symbol file %s is not text (is it a params file?)" % path) from None
     except json.JSONDecodeError as err:
@@ -111,12 +116,14 @@ def _parse_symbol(text, path):
             or not isinstance(graph.get("heads"), list):
         raise ConversionError("symbol file %s is JSON but not an MXNet symbol (no 'nodes' and "
                               "'heads')" % path)
+    del text
     try:
-        check_graph(graph, "symbol file %s" % path, len(text))
+        check_graph(graph, "symbol file %s" % path, nbytes)
     except UnsafeFileError as err:
         raise ConversionError(str(err)) from None
+    graph = Graph(graph)
     try:
-        return Graph(graph).to_symbol()
+        return graph.to_symbol()
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
                               % (path, one_line(err))) from None
@@ -169,7 +176,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, allow_float16: bool = True) -> 
         raise ConversionError("epoch must be a non-negative integer, got %r" % (epoch,))
     _check_prefix(prefix, epoch)
     sym_path, params_path = checkpoint_paths(prefix, epoch)
-    sym = _parse_symbol(_read_bytes(sym_path, "symbol", MAX_GRAPH_BYTES), sym_path)
+    sym = _parse_symbol(sym_path)
     data = _read_bytes(params_path, "params")
     try:
         check_nd_bytes(data, "params file %s" % params_path)
@@ -368,6 +375,6 @@ def save_checkpoint(prefix: str, epoch: int, sym: mx.sym.Symbol, arg_params: Dic
         raise ConversionError("output folder %s does not exist" % folder)
     payload = {"arg:%s" % k: v for k, v in arg_params.items()}
     payload.update({"aux:%s" % k: v for k, v in aux_params.items()})
-    atomic_write_group([(sym_path, sym.tojson(remove_amp_cast=False)),
+    atomic_write_group([(sym_path, symbol_json(sym)),
                         (params_path, nd_bytes(payload))])
     return sym_path, params_path

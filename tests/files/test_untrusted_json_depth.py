@@ -45,6 +45,22 @@ def test_the_depth_is_counted_outside_strings_only():
                     check_json_depth(text, "doc", limit=depth - 1)
 
 
+@pytest.mark.parametrize("text, depth", [
+    ('["[[[[[", [[]], "\\"]"]', 3),  # strings and an escape across every block boundary
+    ('["[[[[[', 6),  # a string that never closes: the brackets after its quote count
+])
+def test_the_depth_is_the_same_read_in_blocks_of_any_size(text, depth):
+    rng = random.Random(36)
+    cases = [(text, depth)] + [(json.dumps(v), _depth(v)) for v in
+                               (_random_json(rng) for _ in range(40))]
+    for text, depth in cases:
+        for block in (1, 2, 3, 7):
+            check_json_depth(text, "doc", limit=depth, block=block)
+            if depth:
+                with pytest.raises(UnsafeFileError, match="nests JSON %d levels" % depth):
+                    check_json_depth(text, "doc", limit=depth - 1, block=block)
+
+
 # main's check ran for days on these: pytest.ini's timeout ends such a run, by the thread
 # method, as a scan stuck inside one regular-expression call never returns to a signal handler
 @pytest.mark.timeout(method="thread")

@@ -393,6 +393,7 @@ def _untrusted_md(c):
     return [
         ((table, "| `mxmixed convert` of a long graph"), "(%s) | %.1fx the symbol file |" % (
             chain["workload"], chain["value"])),
+        ((table, "| MXNet alone"), "| %.1fx the symbol file |" % cost("MXNet alone")["value"]),
         ((table, "| `mxmixed convert --validate 2` of the same"), "| %.1fx the symbol file |" % (
             validate["value"])),
         ((table, "| `mxmixed convert --format onnx`"), "(%s) | %.1fx the params file |" % (
