@@ -95,6 +95,8 @@ OPS_SOURCE = os.path.join(_EXT, "ops16.cc")
 NORM_SOURCE = os.path.join(_EXT, "norm16.cc")
 LAYOUT_SOURCE = os.path.join(_EXT, "round16_onednn.cc")
 KERNEL = os.path.join(_EXT, "round16_kernel.h")
+#: The float32 computes' type inference, shared by ``ops16.cc`` and ``norm16.cc``.
+FLOAT32_TYPES = os.path.join(_EXT, "float32_types.h")
 _LOG = logging.getLogger("mxmixed.emulation")
 _STATE = {"tried": False, "op": None, "why": "not built yet", "layout_library": None}
 # folders refused this process -> the private folder built into instead
@@ -406,7 +408,8 @@ def build(target_dir=None, cxx=None, layouts=False):
     if not layouts:
         lib_api = os.path.join(_mxnet_dir(), "src", "lib_api.cc")
         header = os.path.join(include, "mxnet", "lib_api.h")
-        return _compile("round16", [SOURCE, OPS_SOURCE, NORM_SOURCE, lib_api], [KERNEL, header],
+        return _compile("round16", [SOURCE, OPS_SOURCE, NORM_SOURCE, lib_api],
+                        [KERNEL, FLOAT32_TYPES, header],
                         ["-I" + include], target_dir, cxx, exports=_loader_entry_points(header))
     libmxnet = os.stat(os.path.join(_mxnet_dir(), "libmxnet.so"))
     flags = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DMXNET_USE_CUDA=0",

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 #include "mxnet/lib_api.h"
+#include "float32_types.h"
 #include "round16_kernel.h"
 
 // Every float operation rounds where the GPU's does: no multiply-add is fused into one rounding
@@ -230,20 +231,6 @@ MXReturnValue softmaxBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
       softmaxGradRow<true>(src[0], src[1], dst, m, threads, work.data(), partial.data());
     }
   });
-  return MX_SUCCESS;
-}
-
-MXReturnValue allFloat32(const Attrs& attrs, std::vector<int>* in_types,
-                         std::vector<int>* out_types) {
-  for (size_t i = 0; i < in_types->size(); ++i) {
-    if (in_types->at(i) != kFloat32 && in_types->at(i) != -1) {
-      MX_ERROR_MSG << "mxmixed's float16 computes take float32 inputs, not type "
-                   << in_types->at(i);
-      return MX_FAIL;
-    }
-    in_types->at(i) = kFloat32;
-  }
-  for (size_t i = 0; i < out_types->size(); ++i) out_types->at(i) = kFloat32;
   return MX_SUCCESS;
 }
 

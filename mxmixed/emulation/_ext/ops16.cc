@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 #include "mxnet/lib_api.h"
+#include "float32_types.h"
 #include "round16_kernel.h"
 
 using namespace mxnet::ext;
@@ -54,20 +55,6 @@ inline float gelu_grad(float a) {
 MXReturnValue parseTwo(const Attrs& attrs, int* num_in, int* num_out) {
   *num_in = 2;
   *num_out = 1;
-  return MX_SUCCESS;
-}
-
-MXReturnValue allFloat32(const Attrs& attrs, std::vector<int>* in_types,
-                         std::vector<int>* out_types) {
-  for (size_t i = 0; i < in_types->size(); ++i) {
-    if (in_types->at(i) != kFloat32 && in_types->at(i) != -1) {
-      MX_ERROR_MSG << "mxmixed's float16 computes take float32 inputs, not type "
-                   << in_types->at(i);
-      return MX_FAIL;
-    }
-    in_types->at(i) = kFloat32;
-  }
-  out_types->at(0) = kFloat32;
   return MX_SUCCESS;
 }
 
