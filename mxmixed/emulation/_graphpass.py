@@ -244,8 +244,9 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
              cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
     shape = bias_shape(node.op, attrs)
-    if shape is None and library_op(BIAS_ADD_OP):  # broadcast_add's bits, its reduce vectorized
-        nodes.append({"op": BIAS_ADD_OP, "name": emu_name(name, "biasadd"), "attrs": {},
+    if library_op(BIAS_ADD_OP):  # broadcast_add's bits, without its generic reduce
+        nodes.append({"op": BIAS_ADD_OP, "name": emu_name(name, "biasadd"),
+                      "attrs": {} if shape is None else {"axis": "1"},
                       "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
         return nodes
     if shape is not None:

@@ -26,7 +26,7 @@ from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
 from ._graphpass import bias_of, bias_shape
 from ._ops import EMULATED_OPS, applies, library_compute
-from ._round16 import library_op
+from ._round16 import BIAS_ADD_OP, library_op
 
 __all__ = ["install_nd_wrappers", "numpy_aliases", "onednn_active", "refuse_deconv_training", "AMP_MODULE",
            "REAL_AMP_CAST", "amp_cast_as_on_gpu"]
@@ -94,11 +94,16 @@ def _downcast(result, spec, out):
 
 
 def _add_bias_as_on_gpu(op_name, result, bias, attrs, out):
-    """Round the no-bias float32 result to float16, add the bias in float16 arithmetic."""
+    """Round the no-bias float32 result to float16, add the bias in float16 arithmetic (the
+    rounding library's bias add where it is loaded: broadcast_add's bits, without its generic
+    reduce)."""
     rounded = _cast(_cast(result, "float16"), "float32")
     shape = bias_shape(op_name, attrs)
-    bias = bias if shape is None else bias.reshape(shape)
-    added = mx.nd.broadcast_add(_as_legacy(rounded), _as_legacy(bias))
+    if library_op(BIAS_ADD_OP) is not None:
+        added = _library_compute(BIAS_ADD_OP)(rounded, bias, axis=None if shape is None else 1)
+    else:
+        bias = bias if shape is None else bias.reshape(shape)
+        added = mx.nd.broadcast_add(_as_legacy(rounded), _as_legacy(bias))
     return _cast(_like(result, added), "float16", out=out)
 
 

@@ -3,7 +3,8 @@
 The activations the GPU computes with MXNet's ``half_t`` templates (gelu, softrelu, softsign:
 ``_mxmixed_act16``) are checked on every float16 input, forward and backward, against MXNet's
 native float16 kernel, the same template; the bias add (``_mxmixed_bias_add``) against the
-``broadcast_add`` it replaces in a biased FullyConnected, gradients included.
+``broadcast_add`` it replaces in a biased FullyConnected (the last axis) and in biased
+convolutions (the channel axis), gradients included.
 """
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import mxnet as mx
 from mxnet import autograd
 
 from mxmixed import emulation
-from mxmixed.emulation import _graphpass, emulate_symbol, rewritten_op_types
+from mxmixed.emulation import _graphpass, _wrappers, emulate_symbol, rewritten_op_types
 from mxmixed.emulation._ops import LIBRARY_OP
 from mxmixed.emulation._round16 import BIAS_ADD_OP, round16_op
 
@@ -81,36 +82,69 @@ def test_library_computes_gelu_softrelu_softsign_and_other_leaky_relus_stay_nati
     assert LIBRARY_OP in autograd.get_symbol(out).tojson()
 
 
-def _dense_bits(head):
-    """Bits of a biased float16 FullyConnected (flatten=False), its gradients included."""
-    rng = np.random.RandomState(1)
-    shapes = {"data": (3, 40, 24), "weight": (70, 24), "bias": (70,)}
-    sym = mx.sym.FullyConnected(mx.sym.var("data"), mx.sym.var("weight"), mx.sym.var("bias"),
-                                num_hidden=70, flatten=False)
-    routed = BIAS_ADD_OP in emulate_symbol(sym, {n: F16 for n in shapes}).tojson()
-    with emulation.emulated():
-        exe = sym.simple_bind(mx.cpu(), type_dict={n: F16 for n in shapes}, **shapes)
-        for name, shape in shapes.items():
-            exe.arg_dict[name][:] = mx.nd.array(rng.randn(*shape), dtype=F16)
-        exe.forward(is_train=True)
-        exe.backward(mx.nd.array(head, dtype=F16))
-        arrays = [exe.outputs[0]] + [exe.grad_dict[n] for n in shapes]
-        return routed, [a.asnumpy().view(np.uint16) for a in arrays]
+# A biased float16 op for each axis a bias is added on: (maker of F, data, weight, bias;
+# argument shapes).
+BIASED = {
+    "dense": (lambda F, d, w, b: F.FullyConnected(d, w, b, num_hidden=70, flatten=False),
+              {"data": (3, 40, 24), "weight": (70, 24), "bias": (70,)}),
+    "conv2d": (lambda F, d, w, b: F.Convolution(d, w, b, kernel=(3, 3), pad=(1, 1), num_filter=6),
+               {"data": (3, 5, 9, 7), "weight": (6, 5, 3, 3), "bias": (6,)}),
+    "conv1d": (lambda F, d, w, b: F.Convolution(d, w, b, kernel=(3,), pad=(1,), num_filter=6),
+               {"data": (4, 5, 11), "weight": (6, 5, 3), "bias": (6,)}),
+    "deconv2d": (lambda F, d, w, b: F.Deconvolution(d, w, b, kernel=(2, 2), stride=(2, 2),
+                                                    num_filter=6, no_bias=False),
+                 {"data": (3, 5, 4, 4), "weight": (5, 6, 2, 2), "bias": (6,)}),
+}
 
 
-def test_bias_add_op_gives_broadcast_adds_bits(monkeypatch):
-    rng = np.random.RandomState(2)
-    head = (rng.randn(3, 40, 70) * 10.0 ** rng.randint(-7, 5, size=(3, 40, 70))).astype(F16)
+def _head(rng, shape):
+    """An output gradient of mixed magnitudes, with -0s, and large terms next to small ones."""
+    head = (rng.randn(*shape) * 10.0 ** rng.randint(-7, 5, size=shape)).astype(F16)
     head.flat[::7] = -0.0
-    head.flat[::50] = 60000  # large terms next to small ones: the Kahan residual matters
-    routed, with_op = _dense_bits(head)
+    head.flat[::50] = 60000
+    return head
+
+
+def _biased_bits(kind, hybrid):
+    """Whether the emulated op adds its bias with the library op, and the bits of its output
+    and gradients, in a bound graph (``hybrid``) or imperatively."""
+    make, shapes = BIASED[kind]
+    rng = np.random.RandomState(2)
+    values = {n: mx.nd.array(rng.randn(*shape), dtype=F16) for n, shape in shapes.items()}
+    with emulation.emulated():
+        if hybrid:
+            sym = make(mx.sym, *[mx.sym.var(n) for n in shapes])
+            routed = BIAS_ADD_OP in emulate_symbol(sym, {n: F16 for n in shapes}).tojson()
+            exe = sym.simple_bind(mx.cpu(), type_dict={n: F16 for n in shapes}, **shapes)
+            for name in shapes:
+                exe.arg_dict[name][:] = values[name]
+            out = exe.forward(is_train=True)[0]
+            exe.backward(mx.nd.array(_head(rng, out.shape), dtype=F16))
+            grads = [exe.grad_dict[n] for n in shapes]
+        else:
+            for array in values.values():
+                array.attach_grad()
+            with autograd.record():
+                out = make(mx.nd, *[values[n] for n in shapes])
+            routed = BIAS_ADD_OP in autograd.get_symbol(out).tojson()
+            out.backward(mx.nd.array(_head(rng, out.shape), dtype=F16))
+            grads = [values[n].grad for n in shapes]
+        return routed, [a.asnumpy().view(np.uint16) for a in [out] + grads]
+
+
+@pytest.mark.parametrize("hybrid", [True, False], ids=["graph", "imperative"])
+@pytest.mark.parametrize("kind", sorted(BIASED))
+def test_bias_add_op_gives_broadcast_adds_bits(monkeypatch, kind, hybrid):
+    routed, with_op = _biased_bits(kind, hybrid)
     assert routed
     monkeypatch.setattr(_graphpass, "library_op", lambda name: None if name == BIAS_ADD_OP
                         else name)
-    routed, with_broadcast_add = _dense_bits(head)
+    monkeypatch.setattr(_wrappers, "library_op", lambda name: None if name == BIAS_ADD_OP
+                        else name)
+    routed, with_broadcast_add = _biased_bits(kind, hybrid)
     assert not routed
     for what, a, b in zip(("output", "data", "weight", "bias"), with_op, with_broadcast_add):
-        np.testing.assert_array_equal(a, b, err_msg=what)
+        np.testing.assert_array_equal(a, b, err_msg="%s %s" % (kind, what))
 
 
 @pytest.mark.slow

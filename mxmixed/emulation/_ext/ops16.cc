@@ -14,11 +14,13 @@
 //   rounded once; backward the float16-rounded factor (softrelu's of the output, softsign's of
 //   the input) times the float16 gradient. Each is a table of the 65536 float16 values.
 //
-// _mxmixed_bias_add: x (..., C) + b (C) in float32, the emulation's bias add after a GEMM.
+// _mxmixed_bias_add: x + b (C) in float32 on x's axis `axis` (attribute; the last axis when
+//   absent), the emulation's bias add after a GEMM (the last axis) or a convolution (axis 1).
 //   Forward: broadcast_add's one float add. Backward: the bits of MXNet's CPU
 //   BinaryBroadcastBackwardUseNone: dx = 0 + g (a -0 gradient becomes +0, as there), db[c] the
-//   Kahan sum (mshadow red::sum with its residual) of g[., c] in row order, without the
-//   per-element index arithmetic that makes MXNet's generic reduce slow.
+//   Kahan sum (mshadow red::sum with its residual) of g[., c, .] in memory order (MXNet's
+//   reduce walks the axes before `axis`, then those after it), without the per-element index
+//   arithmetic that makes MXNet's generic reduce slow.
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -52,10 +54,55 @@ inline float gelu_grad(float a) {
   return 0.5f * (1.0f + erff(a / kSqrt2) + a * erf_grad(a / kSqrt2) / kSqrt2);
 }
 
-MXReturnValue parseTwo(const Attrs& attrs, int* num_in, int* num_out) {
+// The attribute `axis`: false when it is there and not a non-negative integer; else true, with
+// *axis the integer, or -1 when there is no attribute.
+bool axisAttr(const Attrs& attrs, int64_t* axis) {
+  *axis = -1;
+  const auto found = attrs.find("axis");
+  if (found == attrs.end()) return true;
+  const std::string& text = found->second;
+  if (text.empty() || text.size() > 3 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *axis = std::stoll(text);
+  return true;
+}
+
+// The bias's axis on an input of rank `ndim`: the attribute, else the last axis; -1 when that
+// is not an axis of the input.
+int64_t biasAxis(const Attrs& attrs, size_t ndim) {
+  int64_t axis = -1;
+  if (!axisAttr(attrs, &axis)) return -1;
+  if (axis < 0) return static_cast<int64_t>(ndim) - 1;
+  return axis < static_cast<int64_t>(ndim) ? axis : -1;
+}
+
+MXReturnValue parseBias(const Attrs& attrs, int* num_in, int* num_out) {
+  int64_t axis = -1;
+  if (!axisAttr(attrs, &axis)) {
+    MX_ERROR_MSG << "_mxmixed_bias_add's axis must be a non-negative integer";
+    return MX_FAIL;
+  }
   *num_in = 2;
   *num_out = 1;
   return MX_SUCCESS;
+}
+
+// x seen as (outer, cols, inner) around the bias's axis, from x's shape.
+struct BiasView {
+  int64_t outer = 1, cols = 1, inner = 1;
+};
+
+BiasView biasView(const Attrs& attrs, const std::vector<int64_t>& shape) {
+  BiasView view;
+  const int64_t axis = biasAxis(attrs, shape.size());
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) view.outer *= shape[d];
+    if (d == axis) view.cols = shape[d];
+    if (d > axis) view.inner *= shape[d];
+  }
+  return view;
 }
 
 MXReturnValue sameShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
@@ -191,8 +238,9 @@ MXReturnValue biasShape(const Attrs& attrs, std::vector<std::vector<unsigned int
                         std::vector<std::vector<unsigned int>>* out_shapes) {
   const std::vector<unsigned int>& x = in_shapes->at(0);
   const std::vector<unsigned int>& b = in_shapes->at(1);
-  if (x.empty() || b.size() != 1 || b[0] != x.back()) {
-    MX_ERROR_MSG << "_mxmixed_bias_add needs a bias of the data's last dimension";
+  const int64_t axis = biasAxis(attrs, x.size());
+  if (axis < 0 || b.size() != 1 || b[0] != x[axis]) {
+    MX_ERROR_MSG << "_mxmixed_bias_add needs a bias of the data's dimension on its axis";
     return MX_FAIL;
   }
   out_shapes->at(0) = x;
@@ -204,11 +252,19 @@ MXReturnValue biasForward(const Attrs& attrs, std::vector<MXTensor>* inputs,
   const float* x = inputs->at(0).data<float>();
   const float* b = inputs->at(1).data<float>();
   float* y = outputs->at(0).data<float>();
-  const int64_t cols = inputs->at(1).size();
-  const int64_t rows = cols ? inputs->at(0).size() / cols : 0;
-#pragma omp parallel for schedule(static) if (rows * cols > kParallel)
+  const BiasView v = biasView(attrs, inputs->at(0).shape);
+  if (v.inner == 1) {  // the last axis
+#pragma omp parallel for schedule(static) if (v.outer * v.cols > kParallel)
+    for (int64_t r = 0; r < v.outer; ++r) {
+      for (int64_t c = 0; c < v.cols; ++c) y[r * v.cols + c] = x[r * v.cols + c] + b[c];
+    }
+    return MX_SUCCESS;
+  }
+  const int64_t rows = v.outer * v.cols;  // a row: the inner elements of one (outer, c)
+#pragma omp parallel for schedule(static) if (rows * v.inner > kParallel)
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] + b[c];
+    const float bias = b[r % v.cols];
+    for (int64_t i = 0; i < v.inner; ++i) y[r * v.inner + i] = x[r * v.inner + i] + bias;
   }
   return MX_SUCCESS;
 }
@@ -230,6 +286,22 @@ void kahanColumns(const float* g, float* db, int64_t rows, int64_t cols, int64_t
   std::memcpy(db + begin, val.data(), width * sizeof(float));
 }
 
+// One channel c of x seen as (outer, cols, inner): mshadow::red::sum's Reduce with a residual
+// over g[o, c, i], o after o and i after i within each.
+void kahanChannel(const float* g, float* db, const BiasView& v, int64_t c) {
+  float val = 0.0f, residual = 0.0f;
+  for (int64_t o = 0; o < v.outer; ++o) {
+    const float* block = g + (o * v.cols + c) * v.inner;
+    for (int64_t i = 0; i < v.inner; ++i) {
+      const float y = block[i] - residual;
+      const float t = val + y;
+      residual = std::isinf(t) ? 0.0f : (t - val) - y;
+      val = t;
+    }
+  }
+  db[c] = val;
+}
+
 // inputs: the output gradient, the forward's inputs (x, b), its output
 MXReturnValue biasBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
                            std::vector<MXTensor>* outputs, const OpResource& res) {
@@ -237,17 +309,21 @@ MXReturnValue biasBackward(const Attrs& attrs, std::vector<MXTensor>* inputs,
   float* dx = outputs->at(0).data<float>();
   float* db = outputs->at(1).data<float>();
   const int64_t n = inputs->at(0).size();
-  const int64_t cols = outputs->at(1).size();
-  const int64_t rows = cols ? n / cols : 0;
+  const BiasView v = biasView(attrs, inputs->at(1).shape);
 #pragma omp parallel for schedule(static) if (n > kParallel)
   for (int64_t i = 0; i < n; ++i) dx[i] = 0.0f + g[i];
-  const int64_t block = 64;
-  const int64_t blocks = (cols + block - 1) / block;
+  if (v.inner == 1) {  // the last axis: blocks of columns, each summed row after row
+    const int64_t block = 64;
+    const int64_t blocks = (v.cols + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n > kParallel)
-  for (int64_t k = 0; k < blocks; ++k) {
-    const int64_t begin = k * block;
-    kahanColumns(g, db, rows, cols, begin, begin + block < cols ? begin + block : cols);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t begin = k * block;
+      kahanColumns(g, db, v.outer, v.cols, begin, begin + block < v.cols ? begin + block : v.cols);
+    }
+    return MX_SUCCESS;
   }
+#pragma omp parallel for schedule(static) if (n > kParallel)
+  for (int64_t c = 0; c < v.cols; ++c) kahanChannel(g, db, v, c);
   return MX_SUCCESS;
 }
 
@@ -263,6 +339,6 @@ REGISTER_OP(_mxmixed_act16)
 REGISTER_OP(_mxmixed_bias_add)
 .setForward(biasForward, "cpu")
 .setBackward(biasBackward, "cpu")
-.setParseAttrs(parseTwo)
+.setParseAttrs(parseBias)
 .setInferType(allFloat32)
 .setInferShape(biasShape);
