@@ -269,35 +269,33 @@ MXReturnValue biasForward(const Attrs& attrs, std::vector<MXTensor>* inputs,
   return MX_SUCCESS;
 }
 
-// One block of columns: mshadow::red::sum's Reduce with a residual, row after row.
+// mshadow::red::sum's Reduce: one term added to a sum with its residual (Kahan).
+inline void kahanAdd(float x, float* val, float* residual) {
+  const float y = x - *residual;
+  const float t = *val + y;
+  *residual = std::isinf(t) ? 0.0f : (t - *val) - y;
+  *val = t;
+}
+
+// One block of columns, each summed row after row.
 void kahanColumns(const float* g, float* db, int64_t rows, int64_t cols, int64_t begin,
                   int64_t end) {
   const int64_t width = end - begin;
   std::vector<float> val(width, 0.0f), residual(width, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = g + r * cols + begin;
-    for (int64_t c = 0; c < width; ++c) {
-      const float y = row[c] - residual[c];
-      const float t = val[c] + y;
-      residual[c] = std::isinf(t) ? 0.0f : (t - val[c]) - y;
-      val[c] = t;
-    }
+    for (int64_t c = 0; c < width; ++c) kahanAdd(row[c], &val[c], &residual[c]);
   }
   std::memcpy(db + begin, val.data(), width * sizeof(float));
 }
 
-// One channel c of x seen as (outer, cols, inner): mshadow::red::sum's Reduce with a residual
-// over g[o, c, i], o after o and i after i within each.
+// One channel c of x seen as (outer, cols, inner): g[o, c, i] summed o after o, and i after i
+// within each.
 void kahanChannel(const float* g, float* db, const BiasView& v, int64_t c) {
   float val = 0.0f, residual = 0.0f;
   for (int64_t o = 0; o < v.outer; ++o) {
     const float* block = g + (o * v.cols + c) * v.inner;
-    for (int64_t i = 0; i < v.inner; ++i) {
-      const float y = block[i] - residual;
-      const float t = val + y;
-      residual = std::isinf(t) ? 0.0f : (t - val) - y;
-      val = t;
-    }
+    for (int64_t i = 0; i < v.inner; ++i) kahanAdd(block[i], &val, &residual);
   }
   db[c] = val;
 }
