@@ -102,6 +102,12 @@ def bias_shape(op, attrs):
     return (-1,) + (1,) * rank
 
 
+def bias_axis(op, attrs):
+    """The output axis a bias is added on, for the rounding library's bias add: 1 for a
+    channel-first convolution, None for the last axis (as :func:`bias_shape`)."""
+    return None if bias_shape(op, attrs) is None else 1
+
+
 def emulate_symbol(sym: "mx.sym.Symbol", type_dict: Optional[Mapping[str, Any]] = None,
                    exclude: Iterable[str] = (), carry: bool = True) -> "mx.sym.Symbol":
     """Rewrite a Symbol so that its float16 GEMM-like ops run on CPU in emulation.
@@ -243,12 +249,13 @@ def _bias_nodes(node, out_id, bias_entry, first_id):
     nodes = [cast_node(emu_name(name, "round"), "float16", [out_id, 0]),
              cast_node(emu_name(name, "widen"), "float32", [first_id, 0])]
     bias = list(bias_entry)
-    shape = bias_shape(node.op, attrs)
     if library_op(BIAS_ADD_OP):  # broadcast_add's bits, without its generic reduce
+        axis = bias_axis(node.op, attrs)
         nodes.append({"op": BIAS_ADD_OP, "name": emu_name(name, "biasadd"),
-                      "attrs": {} if shape is None else {"axis": "1"},
+                      "attrs": {} if axis is None else {"axis": str(axis)},
                       "inputs": [[first_id + 1, 0, 0], [bias[0], bias[1], 0]]})
         return nodes
+    shape = bias_shape(node.op, attrs)
     if shape is not None:
         nodes.append({"op": "Reshape", "name": emu_name(name, "bias"),
                       "attrs": {"shape": str(shape)}, "inputs": [[bias[0], bias[1], 0]]})

@@ -24,7 +24,7 @@ from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
-from ._graphpass import bias_of, bias_shape
+from ._graphpass import bias_axis, bias_of, bias_shape
 from ._ops import EMULATED_OPS, applies, library_compute
 from ._round16 import BIAS_ADD_OP, library_op
 
@@ -98,10 +98,10 @@ def _add_bias_as_on_gpu(op_name, result, bias, attrs, out):
     rounding library's bias add where it is loaded: broadcast_add's bits, without its generic
     reduce)."""
     rounded = _cast(_cast(result, "float16"), "float32")
-    shape = bias_shape(op_name, attrs)
     if library_op(BIAS_ADD_OP) is not None:
-        added = _library_compute(BIAS_ADD_OP)(rounded, bias, axis=None if shape is None else 1)
+        added = _library_compute(BIAS_ADD_OP)(rounded, bias, axis=bias_axis(op_name, attrs))
     else:
+        shape = bias_shape(op_name, attrs)
         bias = bias if shape is None else bias.reshape(shape)
         added = mx.nd.broadcast_add(_as_legacy(rounded), _as_legacy(bias))
     return _cast(_like(result, added), "float16", out=out)
