@@ -35,7 +35,7 @@ venv: $(STAMP)
 # Rebuilt only when the pins or the package metadata change, so repeated targets are quick.
 $(STAMP): constraints.txt setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt pip
+	$(PIP) install -q -c constraints.txt pip setuptools
 	@# gluonnlp (the nlp extra) ships an sdist with a Cython extension: its build needs cython
 	@# and wheel in the venv, and no build isolation (which would hide them)
 	$(PIP) install -q -c constraints.txt cython wheel
@@ -66,8 +66,13 @@ demo: venv
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-notebooks: venv
+# JupyterLab (the notebooks extra) goes in on the first `make notebooks`: the tests do not need it
+notebooks: $(VENV)/.notebooks-$(MXNET)
 	$(VENV)/bin/jupyter lab --notebook-dir=tutorials
+
+$(VENV)/.notebooks-$(MXNET): $(STAMP)
+	$(PIP) install -q -c constraints.txt --no-build-isolation -e ".[$(MX_EXTRA),notebooks]"
+	@touch $@
 
 docs: venv
 	$(PY) -m sphinx -n -W --keep-going -E -b html -d docs/_build/doctrees docs docs/_build/html

@@ -38,9 +38,13 @@ setup(
         # (pycocotools: gluoncv's mask transforms for Mask R-CNN import it, and gluoncv would
         # otherwise try to pip-install it at run time)
         "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12", "pycocotools"],
-        # pytest-xdist: `make test` runs on one worker per core (pytest.ini)
-        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "nbval>=0.10", "jupyter",
-                 "ipykernel", "import-linter>=2.16", "ruff>=0.17"],
+        # JupyterLab, to open the notebooks (`make notebooks` installs it): nothing in the tests
+        # or the docs build runs it, and its server stack is a third of the install
+        "notebooks": ["jupyter"],
+        # pytest-xdist: `make test` runs on one worker per core (pytest.ini); nbval runs the
+        # notebooks on ipykernel; ipywidgets draws their progress bars, as in JupyterLab
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "nbval>=0.10",
+                 "ipykernel", "ipywidgets", "import-linter>=2.16", "ruff>=0.17"],
         "docs": ["sphinx>=7", "numpydoc>=1.6", "myst-nb>=1.0", "selenium>=4.10"],
         # mxmixed convert --format onnx and symbolic.export_onnx / validate_onnx (docs/onnx.md)
         "onnx": ["onnx", "onnxruntime", "protobuf", "flatbuffers"],

@@ -347,20 +347,53 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", export
     return path
 
 
+# the flags that only the link step takes: libraries, their folders and linker options
+_LINK_ONLY = ("-L", "-l", "-Wl,")
+_BASE_FLAGS = ["-fPIC", "-std=c++17", "-O3", "-march=native", "-fopenmp"]
+
+
+def _compile_objects(compiler, cxx, sources, flags, objects):
+    """Compile each of ``sources`` into the matching ``objects``, as many at once as this
+    process has CPUs (a single ``g++`` call compiles one source after the other: MXNet's
+    ``lib_api.cc`` alone is half of the plain library's build)."""
+    compile_flags = [f for f in flags if not f.startswith(_LINK_ONLY)]
+    pending = list(zip(sources, objects))
+    running = []
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, cpus or 1):
+                source, obj = pending.pop(0)
+                running.append(subprocess.Popen(
+                    [compiler, "-c"] + _BASE_FLAGS + [source] + compile_flags + ["-o", obj],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            proc = running.pop(0)
+            err = proc.communicate()[1]
+            if proc.returncode != 0:
+                raise RuntimeError("%s failed: %s" % (cxx, err.strip()[-600:]))
+    finally:
+        for proc in running:
+            proc.kill()
+            proc.communicate()
+
+
 def _build_into(path, compiler, cxx, sources, flags, exports=()):
     """Compile under a temporary name, record size and sha256, then rename into ``path``.
 
-    With ``exports``, a version script beside it (removed after) exports only those symbols.
+    The sources are compiled side by side, then linked. With ``exports``, a version script
+    beside it (removed after) exports only those symbols.
     """
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
     os.close(fd)
     script = tmp[:-len(".so")] + ".map"
+    objects = ["%s-%d.o" % (tmp[:-len(".so")], i) for i in range(len(sources))]
     try:
+        _compile_objects(compiler, cxx, sources, flags, objects)
         if exports:
             _write_own(script, _version_script(exports).encode(), 0o600)
             flags = list(flags) + ["-Wl,--version-script=" + script]
-        proc = subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-O3",
-                               "-march=native", "-fopenmp"] + list(sources) + flags + ["-o", tmp],
+        proc = subprocess.run([compiler, "-shared"] + _BASE_FLAGS + objects
+                              + [f for f in flags if f.startswith(_LINK_ONLY)] + ["-o", tmp],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))
@@ -371,7 +404,7 @@ def _build_into(path, compiler, cxx, sources, flags, exports=()):
         _write_own(_record_of(path), (json.dumps(record) + "\n").encode(), 0o644)
         os.replace(tmp, path)
     finally:
-        for leftover in (tmp, script):
+        for leftover in [tmp, script] + objects:
             if os.path.exists(leftover):
                 os.remove(leftover)
 

@@ -97,6 +97,48 @@ def test_every_source_of_the_op_ships_in_the_package():
         os.path.join(ext, name) for name in os.listdir(ext)}
 
 
+FAKE_CXX = r"""#!/bin/sh
+echo "$*" >> "%s"
+case "$*" in *%s*) echo "%s:1:1: error: planted" >&2; exit 1;; esac
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-o" ]; then : > "$2"; fi
+  shift
+done
+"""
+
+
+def fake_compiler(tmp_path, fail_on="nothing-fails"):
+    """A compiler that writes empty outputs and logs its command lines, one per line (the
+    log's path is returned); a command naming ``fail_on`` fails with a planted error."""
+    log = tmp_path / "calls.log"
+    cxx = tmp_path / "cxx-fake"
+    cxx.write_text(FAKE_CXX % (log, fail_on, fail_on))
+    cxx.chmod(0o755)
+    return str(cxx), log
+
+
+def test_each_source_compiles_on_its_own_and_only_the_link_takes_the_libraries(tmp_path):
+    cxx, log = fake_compiler(tmp_path)
+    _round16.build(str(tmp_path / "plain"), cxx=cxx)
+    _round16.build(str(tmp_path / "layouts"), cxx=cxx, layouts=True)
+    calls = log.read_text().splitlines()
+    compiles = [call for call in calls if call.startswith("-c ")]
+    links = [call for call in calls if call.startswith("-shared ")]
+    assert len(compiles) + len(links) == len(calls) and len(links) == 2
+    assert [call.count(".cc") for call in compiles] == [1] * 5  # the plain library's 4, then 1
+    assert not any(flag in call for call in compiles for flag in (" -l", " -L", " -Wl,"))
+    assert "-l:libmxnet.so" in links[1] and "--version-script=" in links[1]
+    assert ".cc" not in " ".join(links)
+
+
+def test_a_source_that_fails_to_compile_names_its_error_and_leaves_no_file(tmp_path):
+    cxx, _ = fake_compiler(tmp_path, fail_on="ops16.cc")
+    folder = tmp_path / "lib"
+    with pytest.raises(RuntimeError, match="cxx-fake failed: ops16.cc:1:1: error: planted"):
+        _round16.build(str(folder), cxx=cxx)
+    assert os.listdir(str(folder)) == [".round16.lock"]
+
+
 def test_build_without_a_compiler_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="no C.. compiler"):
         _round16.build(str(tmp_path), cxx="/nonexistent/c++")
