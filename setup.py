@@ -39,7 +39,7 @@ setup(
         # otherwise try to pip-install it at run time)
         "tutorials": ["gluoncv==0.10.5.post0", "opencv-python<4.12", "pycocotools"],
         # JupyterLab, to open the notebooks (`make notebooks` installs it): nothing in the tests
-        # or the docs build runs it, and its server stack is a third of the install
+        # or the docs build runs it, and its server stack is over a quarter of the install
         "notebooks": ["jupyter"],
         # pytest-xdist: `make test` runs on one worker per core (pytest.ini); nbval runs the
         # notebooks on ipykernel; ipywidgets draws their progress bars, as in JupyterLab

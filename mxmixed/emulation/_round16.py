@@ -332,6 +332,7 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", export
         damage = _damage(path)
         if damage is None:
             return path
+        _sweep_leftovers(target_dir)
         try:
             _build_into(path, compiler, cxx, sources, flags, exports=exports)
         except RuntimeError as err:
@@ -345,6 +346,23 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", export
     finally:
         os.close(lock)
     return path
+
+
+# the temporary files of a build (mkstemp's 8 characters): the library, its version script,
+# its objects, and a record or a script before its rename
+_LEFTOVER = re.compile(r"\.tmp-[a-z0-9_]{8}(\.so|\.map|-[0-9]+\.o)?")
+
+
+def _sweep_leftovers(folder):
+    """Remove the temporary files of a build that was killed half-way in ``folder`` (regular
+    files of this user with the names a build gives them). Called under the folder's lock,
+    when no build of another process writes there."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if _LEFTOVER.fullmatch(name):
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+                os.remove(path)
 
 
 # the flags that only the link step takes: libraries, their folders and linker options

@@ -139,6 +139,24 @@ def test_a_source_that_fails_to_compile_names_its_error_and_leaves_no_file(tmp_p
     assert os.listdir(str(folder)) == [".round16.lock"]
 
 
+def test_the_next_build_sweeps_what_a_build_killed_half_way_left(tmp_path):
+    """A build killed by SIGKILL leaves its temporary library and the objects its compilers
+    finish; the next build in the folder removes them, and nothing else."""
+    cxx, _ = fake_compiler(tmp_path)
+    folder = tmp_path / "lib"
+    folder.mkdir(mode=0o700)
+    litter = [".tmp-fcil2o2e.so", ".tmp-fcil2o2e.map", ".tmp-fcil2o2e-0.o", ".tmp-fcil2o2e-3.o",
+              ".tmp-k_3x9q0a"]
+    kept = [".tmp-notes.txt", "model.so", ".tmp-abcdefgh-x.o"]
+    for name in litter + kept:
+        (folder / name).write_bytes(b"x")
+    (folder / ".tmp-linkedto").symlink_to(folder / "model.so")
+    library = _round16.build(str(folder), cxx=cxx)
+    names = set(os.listdir(str(folder)))
+    assert not names & set(litter)
+    assert set(kept) | {".tmp-linkedto", os.path.basename(library)} <= names
+
+
 def test_build_without_a_compiler_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="no C.. compiler"):
         _round16.build(str(tmp_path), cxx="/nonexistent/c++")
