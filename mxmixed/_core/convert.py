@@ -34,8 +34,9 @@ from mxnet.contrib import amp
 from . import dtypes
 from . import errors
 from .dtypes import FLOAT16, FLOAT32
-from .graph import (DETECTION_OPS, Graph, GraphTypeError, Record, as_graph, cast_node,
-                    dtype_code, infer_types, var_dtype)
+from .graph import (Graph, GraphTypeError, Record, as_graph, cast_node, dtype_code, infer_types,
+                    var_dtype)
+from .ops import DETECTION_OPS
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
            "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS"]

@@ -1,5 +1,6 @@
 """The one home of mxmixed's dtype facts: the float dtypes, how MXNet and NumPy name them, MXNet's
-integer dtype codes and float16's range.
+integer dtype codes and float16's range. It imports NumPy only, never MXNet, so that the command
+line can use it before MXNet loads (``mxmixed --help``).
 
 MXNet 1.9.1 has no NumPy bfloat16: it represents one as a 2-byte record whose NumPy name is
 'void16', while MXNet (its ops' ``dtype`` attributes, its AMP lists) spells it 'bfloat16'.
@@ -10,21 +11,26 @@ import operator
 
 import numpy as np
 
-from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
-
 __all__ = ["FLOAT16", "FLOAT32", "BFLOAT16", "MXNET_CODES", "FLOAT16_MAX", "FLOAT16_OVERFLOW",
            "FLOAT16_MIN_NORMAL", "FLOAT16_MIN_SUBNORMAL", "FLOAT16_ROUND_TO_ZERO", "FLOAT32_MAX",
-           "FLOAT32_MIN_NORMAL", "dtype_name",
+           "FLOAT32_MIN_NORMAL", "dtype_name", "mxnet_code",
            "numpy_name", "is_floating", "amp_list_key", "LastArrays"]
 
 FLOAT16 = np.dtype(np.float16)
 FLOAT32 = np.dtype(np.float32)
-# MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16')
-BFLOAT16 = np.dtype(_DTYPE_MX_TO_NP[12])
+# MXNet 1.9.1 represents bfloat16 in NumPy as a 2-byte record (its ``.name`` is 'void16'), as
+# ``mxnet.ndarray.ndarray._DTYPE_MX_TO_NP[12]``
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
-MXNET_CODES = {code: np.dtype(t) for code, t in _DTYPE_MX_TO_NP.items() if t is not None}
+MXNET_CODES = {0: FLOAT32, 1: np.dtype(np.float64), 2: FLOAT16, 3: np.dtype(np.uint8),
+               4: np.dtype(np.int32), 5: np.dtype(np.int8), 6: np.dtype(np.int64),
+               7: np.dtype(np.bool_), 12: BFLOAT16}
 """dict of int to numpy.dtype: the dtype of each integer code MXNet 1.9.1 knows (an array
-file's type flag, a ``__dtype__`` attribute): 0 to 7 and 12 (bfloat16)."""
+file's type flag, a ``__dtype__`` attribute): 0 to 7 and 12 (bfloat16). MXNet's own table,
+``mxnet.ndarray.ndarray._DTYPE_MX_TO_NP``, copied so that reading it loads no MXNet
+(``tests/core/test_dtypes.py`` compares the two)."""
+# MXNet looks a dtype's code up by its NumPy scalar type (bfloat16 aside)
+_CODE_OF_TYPE = {dtype.type: code for code, dtype in MXNET_CODES.items() if code != 12}
 
 FLOAT16_MAX = 65504.0
 """float: the largest finite float16."""
@@ -46,6 +52,29 @@ def dtype_name(dtype):
     """The name of a dtype as MXNet spells it ('float16', 'bfloat16', ...)."""
     dtype = np.dtype(dtype)
     return "bfloat16" if dtype == BFLOAT16 else dtype.name
+
+
+def mxnet_code(dtype):
+    """MXNet's integer code of a dtype, found as MXNet 1.9.1 finds it (by the NumPy scalar type,
+    so that ``'>f4'`` is float32's 0).
+
+    Parameters
+    ----------
+    dtype : numpy.dtype or str or type
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    KeyError
+        For a dtype MXNet has no code for (int16, float128, a record other than bfloat16).
+    TypeError
+        For what NumPy reads as no dtype.
+    """
+    dtype = np.dtype(dtype)
+    return 12 if dtype == BFLOAT16 else _CODE_OF_TYPE[dtype.type]
 
 
 def numpy_name(dtype):

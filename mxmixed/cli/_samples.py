@@ -21,9 +21,9 @@ _SHOWN = 8
 def _spec_high(dtype_name):
     """The largest HIGH of an ``--input`` dtype: the values drawn in [0, HIGH) are finite and
     fit it."""
-    import numpy as np
+    from .._core.dtypes import FLOAT32_MAX
 
-    return 2 ** 31 if dtype_name == "int32" else float(np.finfo(np.float32).max)
+    return 2 ** 31 if dtype_name == "int32" else FLOAT32_MAX
 
 
 def input_spec(text):

@@ -19,7 +19,8 @@ from .. import emulation
 from ..emulation import emulate_symbol
 from .._core.devices import is_cpu
 from .._core.errors import one_line
-from .._core.graph import LOSS_OUTPUT_OPS, as_graph, attr_float
+from .._core.graph import as_graph, attr_float
+from .._core.ops import LOSS_OUTPUT_OPS
 from ._tracing import infer_shapes
 
 

@@ -16,7 +16,8 @@ from mxnet import gluon
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
-from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph
+from .._core.graph import as_graph
+from .._core.ops import CAST_OPS, DETECTION_OPS
 from ..training._unlisted import unlisted_ops
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._fold import fold_batchnorm

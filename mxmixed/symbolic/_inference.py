@@ -20,8 +20,8 @@ from .._core.convert import ConversionError
 from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
-from .._core.graph import (BATCHNORM_OPS, LOSS_OUTPUT_OPS, GraphTypeError, as_graph, cast_node,
-                           Record, dtype_code, var_dtype)
+from .._core.graph import GraphTypeError, Record, as_graph, cast_node, dtype_code, var_dtype
+from .._core.ops import BATCHNORM_OPS, LOSS_OUTPUT_OPS
 from ._bfloat16_emulation import emulate_bfloat16
 
 __all__ = ["batchnorm_params", "block_facts", "BlockFacts", "compute_dtype", "consumed_dtypes",

@@ -9,7 +9,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .._core.dtypes import FLOAT32, dtype_name
-from .._core.graph import CAST_OPS, var_dtype
+from .._core.graph import var_dtype
+from .._core.ops import CAST_OPS
 from ._inference import compute_dtype, consumed_dtypes, is_fp32_listed, known_types
 from ._options import ConvertOptions
 
