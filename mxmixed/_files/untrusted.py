@@ -187,6 +187,10 @@ _SUBGRAPH_OPS = ("_foreach", "_while_loop", "_cond")
 # what a variable's __dtype__ may say, as MXNet writes it: unknown (-1) or a dtype it knows
 # (float32 0 ... bool 7, bfloat16 12); MXNet's AMP pass looks any other code up and fails
 _DTYPE_CODES = ("-1",) + tuple(str(code) for code in sorted(MXNET_CODES))  # -1: unknown
+# the keys under which MXNet 1.9.1 reads a node's attributes; the plain keys of a node as MXNet
+# 1.9.1 writes it
+_ATTR_SPELLINGS = ("attrs", "attr", "param")
+_WRITTEN_KEYS = frozenset(("op", "name", "attrs", "inputs", "control_deps", "subgraphs"))
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
 _PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
 _TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
@@ -259,6 +263,7 @@ class _GraphWalk:
         self.source, self.nodes, self.outputs = source, 0, 0
         self.max_outputs = graph_outputs_limit(nbytes)
         self.known = {}  # (op, attrs) -> outputs, for this file only
+        self.as_written = True  # every node in the keys MXNet 1.9.1 writes
 
     def bad(self, detail):
         return UnsafeFileError("%s is refused: %s" % (self.source, detail))
@@ -279,16 +284,35 @@ class _GraphWalk:
             raise self.bad("%s has the version %d" % (where, value[2]))
 
     def attrs(self, node, where):
-        """The node's attributes as MXNet reads them (one of 'attrs', 'attr', 'param')."""
-        given = [key for key in ("attrs", "attr", "param") if key in node]
-        if len(given) > 1:
-            raise self.bad("%s has both %s (MXNet reads only one)" % (where, " and ".join(
-                repr(key) for key in given)))
-        attrs = node[given[0]] if given else {}
-        if not isinstance(attrs, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
-            raise self.bad("the attributes of %s are not strings" % where)
+        """The node's attributes as MXNet 1.9.1 reads them: ``attrs`` and ``attr`` fill one
+        dict, the later in the file replacing the earlier whole; then the entries of ``param``
+        whose keys are not in it yet (nnvm's ``JSONNode::Load``)."""
+        attrs, param = {}, {}
+        for key, value in node.items():
+            if key in _ATTR_SPELLINGS:
+                if not isinstance(value, dict) or not all(
+                        isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                    raise self.bad("the attributes of %s are not strings" % where)
+                if key == "param":
+                    param = value
+                else:
+                    attrs = dict(value)
+                for text in value.items():
+                    self.text(text[0], where)
+                    self.text(text[1], where)
+        for key, value in param.items():
+            attrs.setdefault(key, value)
         return attrs
+
+    def text(self, value, where):
+        """Refuse a string that is no Unicode text (a lone surrogate, from a ``\\ud800``
+        escape): MXNet's reader takes UTF-8 bytes, and it has none."""
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self.bad("%s holds a string that is not valid Unicode (a lone surrogate "
+                               "such as \\ud800)" % where) from None
 
     def count_attrs(self, attrs, where):
         """Cap the attributes that size the node's outputs or inputs."""
@@ -360,6 +384,9 @@ class _GraphWalk:
             raise self.bad("%snode %d is not an MXNet node (op, name, inputs)"
                            % (where, index))
         op = node["op"]
+        self.text(node["name"], "%snode %d" % (where, index))
+        if not _WRITTEN_KEYS.issuperset(node):
+            self.as_written = False
         for k, value in enumerate(node.get("inputs", [])):
             self.entry(value, counts, "%sinput %d of node %d" % (where, k, index))
         deps = node.get("control_deps", [])
@@ -425,11 +452,30 @@ def check_graph(graph, source, nbytes):
     ------
     UnsafeFileError
         One line naming ``source`` and what is wrong.
+
+    Returns
+    -------
+    bool
+        Whether MXNet reads the graph as it is written: every node in the keys MXNet 1.9.1
+        writes (``attrs``, not the older ``attr`` or ``param``) and the graph saved by this
+        MXNet's version or a later one. Otherwise MXNet's loader changes it as it loads it
+        (attribute spellings merged; for older versions, hidden keys moved, missing inputs
+        added, ``argmax``'s ``axis=-1`` dropped), and only MXNet's reading of it is the model.
     """
     walk = _GraphWalk(source, nbytes)
     if nbytes > MAX_GRAPH_BYTES:
         raise walk.bad("it has %d bytes, more than the limit of %d" % (nbytes, MAX_GRAPH_BYTES))
     walk.graph(graph)
+    version = graph.get("attrs", {}).get("mxnet_version", ["int", 800])[1]
+    return walk.as_written and version >= _mxnet_version()
+
+
+@functools.lru_cache(maxsize=None)
+def _mxnet_version():
+    """MXNet's version as its graphs record it (10901 for 1.9.1)."""
+    version = ctypes.c_int()
+    mx.base.check_call(mx.base._LIB.MXGetVersion(ctypes.byref(version)))
+    return version.value
 
 
 # ------------------------------------------------------------------ arrays (.params)

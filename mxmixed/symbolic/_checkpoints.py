@@ -12,7 +12,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import Graph, as_graph, symbol_json
+from .._core.graph import Graph, as_graph, load_graph, symbol_json
 from .._core.convert import ConversionError
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
 from .._core.errors import one_line
@@ -118,12 +118,15 @@ def _parse_symbol(path):
                               "'heads')" % path)
     del text
     try:
-        check_graph(graph, "symbol file %s" % path, nbytes)
+        as_written = check_graph(graph, "symbol file %s" % path, nbytes)
     except UnsafeFileError as err:
         raise ConversionError(str(err)) from None
-    graph = Graph(graph)
     try:
-        return graph.to_symbol()
+        if as_written:
+            return Graph(graph).to_symbol()
+        # MXNet changes this graph as it loads it (older attribute spellings, an older
+        # version's upgrades): the model is MXNet's reading, so the Graph is made of it
+        return Graph(load_graph(graph)).to_symbol()
     except mx.base.MXNetError as err:
         raise ConversionError("symbol file %s is not a valid MXNet symbol: %s"
                               % (path, one_line(err))) from None
