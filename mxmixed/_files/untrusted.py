@@ -192,6 +192,8 @@ _DTYPE_CODES = ("-1",) + tuple(str(code) for code in sorted(MXNET_CODES))  # -1:
 _ATTR_SPELLINGS = ("attrs", "attr", "param")
 _WRITTEN_KEYS = frozenset(("op", "name", "attrs", "inputs", "control_deps", "subgraphs"))
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
+# inputs beyond an op's documented arrays that a node may have (its undocumented aux states)
+_SPARE_INPUTS = 4
 _PLAIN_COUNT = re.compile(r"\s*\+?\d{1,12}\s*")
 _TUPLE_ITEM = re.compile(r"[^\s,()\[\]]+")
 
@@ -254,6 +256,39 @@ def _op_outputs(op, attrs):
     count = mx.base.mx_uint()
     mx.base.check_call(mx.base._LIB.MXSymbolGetNumOutputs(internals.handle, ctypes.byref(count)))
     return count.value
+
+
+@functools.lru_cache(maxsize=None)
+def _op_inputs(op):
+    """What MXNet's registry documents of ``op``'s inputs: ``(count, variadic, key)``, the
+    number of single array arguments, whether one of them is a list (``NDArray-or-Symbol[]``) and the
+    attribute that counts it (``num_args``; '' where none does). Read from the op's
+    documentation, so that no code of the op runs (composing an op of no inputs, which would
+    tell exactly, crashes MXNet for some: ``reset_arrays``)."""
+    name, desc, key, ret = (ctypes.c_char_p() for _ in range(4))
+    size = mx.base.mx_uint()
+    names, types, docs = (ctypes.POINTER(ctypes.c_char_p)() for _ in range(3))
+    mx.base.check_call(mx.base._LIB.MXSymbolGetAtomicSymbolInfo(
+        ctypes.c_void_p(_op_handle(op)), ctypes.byref(name), ctypes.byref(desc),
+        ctypes.byref(size), ctypes.byref(names), ctypes.byref(types), ctypes.byref(docs),
+        ctypes.byref(key), ctypes.byref(ret)))
+    arrays = [mx.base.py_str(types[i]) for i in range(size.value)]
+    arrays = [t for t in arrays if t.startswith(("NDArray", "Symbol"))]
+    lists = [t for t in arrays if t.endswith("[]")]
+    return len(arrays) - len(lists), bool(lists), mx.base.py_str(key.value or b"")
+
+
+def _most_inputs(op, attrs):
+    """The most inputs a node of ``op`` with ``attrs`` may have: the documented arrays and
+    :data:`_SPARE_INPUTS` (auxiliary states are not all documented: ``BatchNorm_v1``'s moving
+    mean and variance); for a list, its count attribute (capped) or, where none counts it (the
+    multi-tensor optimizer ops, a few inputs per weight), 8 times :data:`MAX_COUNT_ATTR`."""
+    count, variadic, key = _op_inputs(op)
+    if not variadic:
+        return count + _SPARE_INPUTS
+    if key and _PLAIN_COUNT.fullmatch(attrs.get(key, "")):
+        return count + int(attrs[key]) + _SPARE_INPUTS
+    return 8 * MAX_COUNT_ATTR
 
 
 class _GraphWalk:
@@ -357,6 +392,11 @@ class _GraphWalk:
         counts = []
         for index, node in enumerate(nodes):
             self.node(node, index, where, counts)
+        if len(graph["heads"]) > sum(counts):
+            # each head costs MXNet and every pass an output, so repeated heads would make a
+            # few bytes of file each cost a node's worth of memory and time
+            raise self.bad("%sit has %d heads, more than the %d outputs of its nodes"
+                           % (where, len(graph["heads"]), sum(counts)))
         for k, value in enumerate(graph["heads"]):
             self.entry(value, counts, "%shead %d" % (where, k))
         self.graph_attrs(graph, nodes, where)
@@ -385,6 +425,13 @@ class _GraphWalk:
                            % (where, index))
         op = node["op"]
         self.text(node["name"], "%snode %d" % (where, index))
+        if op != "null" and op in _registry() and len(node.get("inputs", [])) > _SPARE_INPUTS:
+            most = _most_inputs(op, self.attrs(node, "node %d" % index))
+            if len(node["inputs"]) > most:
+                # MXNet would load it, and refuse it only when it infers its types, each input
+                # having cost it and every pass before an allocation (100,000: 9 s, 187 MB)
+                raise self.bad("%snode %d (%s) has %d inputs, more than its op takes (at "
+                               "most %d)" % (where, index, op[:80], len(node["inputs"]), most))
         if not _WRITTEN_KEYS.issuperset(node):
             self.as_written = False
         for k, value in enumerate(node.get("inputs", [])):

@@ -64,6 +64,13 @@ def _deflated(path, members):
     return path
 
 
+def _compressed(path, members, compression):
+    with zipfile.ZipFile(path, "w", compression, compresslevel=9) as archive:
+        for name, (shape, value, fortran) in members.items():
+            _member(archive, name, shape, value, fortran)
+    return path
+
+
 def _convert(prefix, tmp_path, capsys, args):
     """(exit code, stdout, stderr, peak bytes traced) of ``mxmixed convert`` in this process."""
     tracemalloc.start()
@@ -104,6 +111,22 @@ def test_a_fortran_order_array_is_read_within_the_rows_used(two, tmp_path, capsy
     assert code == cli.EXIT_OK, err
     assert "samples             8" in out
     assert peak < 64 * MB, peak
+
+
+@pytest.mark.parametrize("compression, codec", [(zipfile.ZIP_BZIP2, "bzip2"),
+                                                (zipfile.ZIP_LZMA, "lzma")])
+@pytest.mark.parametrize("fortran", [False, True])
+def test_a_member_compressed_with_another_codec_is_refused_before_it_is_inflated(
+        two, tmp_path, capsys, compression, codec, fortran):
+    """zipfile inflates a bzip2 or lzma member without a bound: a 2.2 KB archive once took 5.5 GB.
+    Here a and b hold 32 MB of zeros each, in a few KB."""
+    path = _compressed(str(tmp_path / "codec.npz"), {
+        "a": ((2048, 2048), 0.0, fortran), "b": ((2048, 2048), 0.0, fortran)}, compression)
+    assert os.path.getsize(path) < 64 * 1024
+    result = _convert(two, tmp_path, capsys, ["--validate", "8", "--inputs", path])
+    line = _refused(result)
+    assert "member 'a.npy' is compressed with %s" % codec in line and path in line, line
+    assert result[3] < 16 * MB, result[3]
 
 
 def test_thousands_of_members_are_refused_in_one_line(two, tmp_path, capsys):

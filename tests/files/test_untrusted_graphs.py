@@ -8,6 +8,7 @@ here, from a one-layer model; the ones that crash MXNet only ever reach it in a 
 import json
 import os
 import sys
+import tracemalloc
 
 import mxnet as mx
 import pytest
@@ -71,6 +72,14 @@ def _split(graph, **attrs):
 def _append(op, **attrs):
     def change(graph):
         graph["nodes"].append({"op": op, "name": "x", "inputs": [[3, 0, 0]],
+                               "attrs": {k: str(v) for k, v in attrs.items()}})
+        graph["heads"] = [[4, 0, 0]]
+    return change
+
+
+def _wide(op, inputs, **attrs):
+    def change(graph):
+        graph["nodes"].append({"op": op, "name": "x", "inputs": [[3, 0, 0]] * inputs,
                                "attrs": {k: str(v) for k, v in attrs.items()}})
         graph["heads"] = [[4, 0, 0]]
     return change
@@ -150,6 +159,12 @@ REFUSED = dict(CRASHING, **{
     "arg-node-not-a-variable": (_set(["arg_nodes"], [0, 1, 2, 3]), "arg_nodes"),
     "num-outputs-under-param": (_split_under_param,
                                 "num_outputs=200000000, more than the limit of 4096"),
+    "relu-with-100000-inputs": (_wide("relu", 100000), "node 4 (relu) has 100000 inputs, more "
+                                                        "than its op takes (at most 5)"),
+    "add-n-with-more-inputs-than-num-args": (_wide("add_n", 20, num_args=8),
+                                             "has 20 inputs, more than its op takes (at most 12)"),
+    "heads-repeated": (_set(["heads"], [[3, 0, 0]] * 5),
+                       "it has 5 heads, more than the 4 outputs of its nodes"),
     "attr-not-a-string": (_set(["nodes", 3, "attrs", "num_hidden"], 3), "are not strings"),
     "graph-attribute": (_set(["attrs", "other"], ["list_shape", [[1]]]), "graph attributes"),
     "subgraph-on-a-plain-op": (_set(["nodes", 3, "subgraphs"], [{"nodes": [], "heads": []}]),
@@ -182,6 +197,23 @@ def test_a_hostile_graph_is_refused_in_one_line_that_names_the_file(tmp_path, ca
         with pytest.raises(symbolic.ConversionError) as info:
             symbolic.load_checkpoint(prefix, 0)
         assert str(info.value) == message and info.value.__cause__ is None
+
+
+@pytest.mark.parametrize("change", [_wide("relu", 100000), _set(["heads"], [[3, 0, 0]] * 300000)],
+                         ids=["100000-inputs", "300000-heads"])
+def test_a_wide_node_or_repeated_heads_cost_a_small_multiple_of_the_file(tmp_path, change):
+    """Before its refusal a node of 100,000 inputs took 9 s and 187 MB (245 times its file); a
+    15 MB file of repeated heads loaded, +1.3 GB."""
+    prefix = _crafted(tmp_path, change)
+    size = os.path.getsize(prefix + "-symbol.json")
+    tracemalloc.start()
+    try:
+        with pytest.raises(symbolic.ConversionError, match="is refused"):
+            symbolic.load_checkpoint(prefix, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * size, (peak, size)
 
 
 _LOAD_UNCHECKED = """
