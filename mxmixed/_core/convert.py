@@ -287,9 +287,26 @@ def _amp_pass(sym, target, excluded, data_names, params, cast_optional, op_lists
                                        **(op_lists or {}))
         return converted, {}, {}
     args, auxs = params
-    return amp.convert_model(sym, dict(args), dict(auxs), target_dtype=target,
-                             excluded_sym_names=excluded, cast_optional_params=cast_optional,
-                             **(op_lists or {}))
+    # MXNet's pass types the data inputs float32 whatever they declare, then looks each input
+    # that declares a __dtype__ up among the params (KeyError for a data input): the
+    # declarations go for the pass and come back after it
+    declared = {node.name: node.attrs["__dtype__"] for node in as_graph(sym).nodes
+                if node.is_variable and node.name in data_names and "__dtype__" in node.attrs}
+    if declared:
+        sym = _with_declared(sym, dict.fromkeys(declared))
+    new_sym, new_args, new_auxs = amp.convert_model(
+        sym, dict(args), dict(auxs), target_dtype=target, excluded_sym_names=excluded,
+        cast_optional_params=cast_optional, **(op_lists or {}))
+    return (_with_declared(new_sym, declared) if declared else new_sym), new_args, new_auxs
+
+
+def _with_declared(sym, declared):
+    """``sym`` with the variables named in ``declared`` declaring that ``__dtype__`` (None:
+    none)."""
+    graph = as_graph(sym)
+    return graph.with_attrs({i: {"__dtype__": declared[node.name]}
+                             for i, node in enumerate(graph.nodes)
+                             if node.is_variable and node.name in declared}).to_symbol()
 
 
 # Where MXNet's own pass stops on a node it left with inputs of two dtypes (bfloat16's lists are
