@@ -5,6 +5,7 @@ import difflib
 import os
 import re
 import sys
+from typing import Callable, NamedTuple, Optional
 
 from .._core.progress import bars_wanted
 from ._args import DEFAULT_TOLERANCE, dtype, int_at_least, parse_shape, positive_float
@@ -52,26 +53,65 @@ def add_parser(sub):
     conv.set_defaults(func=command)
 
 
+class OptionFlag(NamedTuple):
+    """A flag of ``mxmixed convert`` that sets a field of ``symbolic.ConvertOptions``."""
+
+    field: str
+    flag: str
+    argument: dict  # add_argument's keywords
+    to_field: Optional[Callable] = None  # the field's value from the flag's; by default the same
+
+    @property
+    def dest(self):
+        return self.flag[2:].replace("-", "_")
+
+    def value(self, given):
+        """The field's value for the flag's value ``given``."""
+        return given if self.to_field is None else self.to_field(given)
+
+    def spelled(self, value):
+        """The flag as a user writes it to give the field ``value``."""
+        if self.argument.get("action") is argparse.BooleanOptionalAction:
+            return self.flag if self.value(True) == value else "--no-" + self.flag[2:]
+        if self.argument.get("action") == "store_true":
+            return self.flag
+        return "%s %s" % (self.flag, value)
+
+
+# The flags of the ConvertOptions fields, in the order --help shows them: the parser's
+# arguments and the command's ConvertOptions are both made from this table. A new field needs
+# its row here, or a place in tests/symbolic/test_convert_options.py's set of fields the CLI
+# does not offer.
+OPTION_FLAGS = (
+    OptionFlag("exclude_layers", "--exclude", dict(
+        nargs="+", default=[], metavar="LAYER", help="layer (node) names to keep in float32")),
+    OptionFlag("exclude_ops", "--exclude-op", dict(
+        nargs="+", default=[], metavar="OP",
+        help="operator types to keep in float32, e.g. FullyConnected")),
+    OptionFlag("keep_io_types", "--keep-io-types", dict(
+        action=argparse.BooleanOptionalAction, default=True,
+        help="keep inputs and outputs float32 (default: yes)")),
+    OptionFlag("cast_optional_params", "--keep-optional-params-float32", dict(
+        action="store_true",
+        help="MXNet's default: keep params float32 where float16 is optional"),
+        to_field=lambda kept: not kept),
+    OptionFlag("fold_batchnorm", "--fold-bn", dict(
+        action=argparse.BooleanOptionalAction, default=None,
+        help="fold each BatchNorm into the Convolution before it, in float32 before the cast "
+             "(an inference model; oneDNN then fuses no Convolution+BatchNorm in low "
+             "precision). Default: on for --dtype bfloat16, off for float16")),
+    OptionFlag("target_dtype", "--dtype", dict(
+        default="float16", type=dtype, choices=sorted(DEFAULT_TOLERANCE),
+        help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU serving "
+             "through oneDNN, fast with AVX512-BF16 or AMX; load with "
+             "mxmixed.load_bfloat16). Default float16")),
+)
+
+
 def _add_conversion_flags(conv):
     """What is converted to what, and the output format."""
-    conv.add_argument("--exclude", nargs="+", default=[], metavar="LAYER",
-                      help="layer (node) names to keep in float32")
-    conv.add_argument("--exclude-op", nargs="+", default=[], metavar="OP",
-                      help="operator types to keep in float32, e.g. FullyConnected")
-    conv.add_argument("--keep-io-types", action=argparse.BooleanOptionalAction, default=True,
-                      help="keep inputs and outputs float32 (default: yes)")
-    conv.add_argument("--keep-optional-params-float32", action="store_true",
-                      help="MXNet's default: keep params float32 where float16 is optional")
-    conv.add_argument("--fold-bn", action=argparse.BooleanOptionalAction, default=None,
-                      help="fold each BatchNorm into the Convolution before it, in float32 "
-                           "before the cast (an inference model; oneDNN then fuses no "
-                           "Convolution+BatchNorm in low precision). Default: on for --dtype "
-                           "bfloat16, off for float16")
-    conv.add_argument("--dtype", default="float16", type=dtype,
-                      choices=sorted(DEFAULT_TOLERANCE),
-                      help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
-                           "serving through oneDNN, fast with AVX512-BF16 or AMX; load with "
-                           "mxmixed.load_bfloat16). Default float16")
+    for option in OPTION_FLAGS:
+        conv.add_argument(option.flag, **option.argument)
     conv.add_argument("--format", choices=["mxnet", "onnx"], default="mxnet",
                       help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
                            "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
@@ -125,30 +165,45 @@ def _add_sample_flags(conv):
                       help="seed of the random samples")
 
 
-def _check_bfloat16_args(args):
-    """One line for what a bfloat16 conversion cannot do, before any work."""
-    if args.dtype != "bfloat16":
-        return
-    if args.format == "onnx":
+def _checked_options(args):
+    """The command's ConvertOptions, and one line for what a bfloat16 conversion cannot do,
+    before any work."""
+    if args.dtype == "bfloat16" and args.format == "onnx":
         raise CLIError("--format onnx exports float16 models only; drop --dtype bfloat16")
-    if args.search_tolerance is not None:
+    if args.dtype == "bfloat16" and args.search_tolerance is not None:
         raise CLIError("--search-tolerance searches float16 layers only; with --dtype bfloat16 "
                        "use --exclude / --exclude-op")
-    if not args.keep_io_types:
-        raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
-                       "returns float32")
+    options = convert_options(args)
+    if args.dtype != "bfloat16":
+        return options
     from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
     runs, why = bfloat16_support()
     # where bfloat16 cannot run, --validate runs it under the bfloat16 emulation (float32
     # arithmetic, bfloat16 rounding); the report's note goes to stderr once it has run
     if runs and bfloat16_native() is None:
         print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
+    return options
+
+
+def convert_options(args):
+    """The one ConvertOptions of this command, made from its flags (``OPTION_FLAGS``); a value
+    that the other flags rule out is one line naming its flag."""
+    from ..symbolic import ConvertOptions
+
+    fields = {option.field: option.value(getattr(args, option.dest))
+              for option in OPTION_FLAGS}
+    ruled_out = ConvertOptions.conflict(**fields)
+    if ruled_out is not None:
+        field, value, why = ruled_out
+        flag = next(option for option in OPTION_FLAGS if option.field == field)
+        raise CLIError("%s %s" % (flag.spelled(value), why))
+    return ConvertOptions(**fields)
 
 
 def command(args):
     import mxnet as mx
 
-    _check_bfloat16_args(args)
+    options = _checked_options(args)
     from .. import symbolic
     from .._core.errors import one_line
 
@@ -158,7 +213,7 @@ def command(args):
         given = symbolic.load_checkpoint(args.prefix, args.epoch)
         _check_excluded_layers(args, given[0])
         samples, shape, types = convert_samples(args, symbolic, *given)
-        model = _convert_model(args, symbolic, *given, samples, types)
+        model = _convert_model(args, symbolic, options, *given, samples, types)
         exported = None
         if args.format == "onnx":
             exported = symbolic.export_onnx(model, shape, given, input_types=types)
@@ -249,29 +304,8 @@ def _check_excluded_layers(args, sym):
                           ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
 
 
-# How each ConvertOptions field is set from the command line: field -> (flag, value of args).
-# A new field needs its flag here, or a place in tests/symbolic/test_convert_options.py's set of fields
-# the CLI does not offer.
-OPTION_FLAGS = {
-    "target_dtype": ("--dtype", lambda args: args.dtype),
-    "exclude_layers": ("--exclude", lambda args: args.exclude),
-    "exclude_ops": ("--exclude-op", lambda args: args.exclude_op),
-    "keep_io_types": ("--keep-io-types", lambda args: args.keep_io_types),
-    "cast_optional_params": ("--keep-optional-params-float32",
-                             lambda args: not args.keep_optional_params_float32),
-    "fold_batchnorm": ("--fold-bn", lambda args: args.fold_bn),
-}
-
-
-def convert_options(symbolic, args):
-    """The one ConvertOptions of this command, built from its flags."""
-    return symbolic.ConvertOptions(**{field: value(args)
-                                      for field, (_, value) in OPTION_FLAGS.items()})
-
-
-def _convert_model(args, symbolic, sym, arg_params, aux_params, samples, types=None):
+def _convert_model(args, symbolic, options, sym, arg_params, aux_params, samples, types=None):
     """Convert (or search, then convert); print the report as soon as it exists."""
-    options = convert_options(symbolic, args)
     if args.search_tolerance is not None:
         search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
                                              tolerance=args.search_tolerance,
