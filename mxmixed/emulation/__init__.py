@@ -65,6 +65,7 @@ import os
 from typing import Iterator
 
 from .._core.env import check as check_environment
+from .._core.mxbool import env_bool
 from .._core.state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
@@ -89,10 +90,10 @@ FC_TRUE_FP16_NOT_EMULATED = (
 
 def _refuse_fc_true_fp16():
     """Log :data:`FC_TRUE_FP16_NOT_EMULATED` once per process when the variable is set
-    (MXNet reads it as a bool: ``1`` or ``true``)."""
-    value = os.environ.get("MXNET_FC_TRUE_FP16", "")
-    if EMULATION.fc_true_fp16_warned or value.strip().lower() in ("", "0", "false"):
+    (MXNet reads it as a bool: ``1`` or ``true``); a value MXNet refuses is a ``ValueError``."""
+    if EMULATION.fc_true_fp16_warned or not env_bool("MXNET_FC_TRUE_FP16", False):
         return
+    value = os.environ["MXNET_FC_TRUE_FP16"]
     EMULATION.fc_true_fp16_warned = True
     _LOG.warning(FC_TRUE_FP16_NOT_EMULATED, value)
 
