@@ -204,44 +204,46 @@ def command(args):
     import mxnet as mx
 
     options = _checked_options(args)
-    from .. import symbolic
     from .._core.errors import one_line
+    from ..symbolic import ConversionError, export_onnx, load_checkpoint
 
     tolerance = args.tolerance or args.search_tolerance or DEFAULT_TOLERANCE[args.dtype]
-    _check_convert_files(args, symbolic)
+    _check_convert_files(args)
     try:
-        given = symbolic.load_checkpoint(args.prefix, args.epoch)
+        given = load_checkpoint(args.prefix, args.epoch)
         _check_excluded_layers(args, given[0])
-        samples, shape, types = convert_samples(args, symbolic, *given)
-        model = _convert_model(args, symbolic, options, *given, samples, types)
+        samples, shape, types = convert_samples(args, *given)
+        model = _convert_model(args, options, *given, samples, types)
         exported = None
         if args.format == "onnx":
-            exported = symbolic.export_onnx(model, shape, given, input_types=types)
+            exported = export_onnx(model, shape, given, input_types=types)
             _say(exported)
         elif args.validate == 0 or model.calibration_outputs is not None:
             # not run again (the validation compares with the calibration's float32 outputs):
             # the model given, its graph many times its file for a long one, goes before the
             # float16 run and the write
             given = None
-        check = (_validate(args, symbolic, given, model, exported, samples)
+        check = (_validate(args, given, model, exported, samples)
                  if args.validate > 0 else None)
-    except symbolic.ConversionError as err:
+    except ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % one_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
 
 
-def _validate(args, symbolic, given, model, exported, samples):
+def _validate(args, given, model, exported, samples):
     """The converted model (or ONNX file) against the model given, or against the float32
     outputs of the calibration where ``given`` is None; printed as it is known."""
+    from ..symbolic import validate, validate_onnx
+
     if exported is not None:
-        check = symbolic.validate_onnx(given, exported, samples, batch_size=args.batch_size,
-                                       progress=bars_wanted())
+        check = validate_onnx(given, exported, samples, batch_size=args.batch_size,
+                              progress=bars_wanted())
         _say(check)
         return check
-    check = symbolic.validate(given, model, samples, batch_size=args.batch_size,
-                              progress=bars_wanted(), reference=model.calibration_outputs)
+    check = validate(given, model, samples, batch_size=args.batch_size, progress=bars_wanted(),
+                     reference=model.calibration_outputs)
     _say(check)
     if check.emulation:
         print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
@@ -258,15 +260,17 @@ def _say(*parts):
     sys.stdout.flush()
 
 
-def _check_convert_files(args, symbolic):
+def _check_convert_files(args):
     """Options that need samples, a PREFIX given as a file name, and the output location."""
+    from ..symbolic import ConversionError, check_onnx, checkpoint_paths
+
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if wants_samples and not (args.inputs or args.input_shape or args.input_specs):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W (several data inputs: --inputs FILE.npz or "
                        "--input NAME:SHAPE[:DTYPE[:HIGH]] per input)")
     check_input_specs(args.input_specs)
-    in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    in_files = checkpoint_paths(args.prefix, args.epoch)
     meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
     if meant != args.prefix and not os.path.exists(in_files[0]):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
@@ -277,11 +281,10 @@ def _check_convert_files(args, symbolic):
                        "--inputs FILE.npy")
     if to_onnx:
         try:
-            symbolic.check_onnx()
-        except symbolic.ConversionError as err:
+            check_onnx()
+        except ConversionError as err:
             raise CLIError(str(err)) from None
-    out_files = ([args.out + ".onnx"] if to_onnx
-                 else symbolic.checkpoint_paths(args.out, args.epoch))
+    out_files = [args.out + ".onnx"] if to_onnx else checkpoint_paths(args.out, args.epoch)
     check_out_prefix(args.out, in_files, out_files)
 
 
@@ -304,19 +307,19 @@ def _check_excluded_layers(args, sym):
                           ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
 
 
-def _convert_model(args, symbolic, options, sym, arg_params, aux_params, samples, types=None):
+def _convert_model(args, options, sym, arg_params, aux_params, samples, types=None):
     """Convert (or search, then convert); print the report as soon as it exists."""
+    from ..symbolic import convert, search_fp32_layers
+
     if args.search_tolerance is not None:
-        search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
-                                             tolerance=args.search_tolerance,
-                                             batch_size=args.batch_size,
-                                             progress=bars_wanted(), options=options)
+        search = search_fp32_layers(sym, arg_params, aux_params, samples,
+                                    tolerance=args.search_tolerance, batch_size=args.batch_size,
+                                    progress=bars_wanted(), options=options)
         print(search.model.report.format(verbose=args.verbose))
         _say(search)
         return search.model
-    model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
-                             batch_size=args.batch_size, progress=bars_wanted(),
-                             options=options, input_types=types or None)
+    model = convert(sym, arg_params, aux_params, calibration=samples, batch_size=args.batch_size,
+                    progress=bars_wanted(), options=options, input_types=types or None)
     print(model.report.format(verbose=args.verbose))
     sys.stdout.flush()
     return model

@@ -70,10 +70,15 @@ from .._core.state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
+from ._names import is_emulation_name, user_name, user_tensor_name
 from ._ops import EMULATED_OPS, NOT_EMULATED
-from ._overflow import install_overflow_check
+from ._overflow import all_finite, install_overflow_check
+from ._round16 import round_bf16_op
 from ._wrappers import AMP_MODULE, amp_cast_as_on_gpu, install_nd_wrappers
 
+# Imported above for mxmixed's other packages, not for users: all_finite (training's handle),
+# round_bf16_op (symbolic's bfloat16 emulation), is_emulation_name, user_name and
+# user_tensor_name (diagnostics)
 __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
            "count_emulated", "rewritten_op_types", "EmulatedCachedOp", "EMULATED_OPS",
            "NOT_EMULATED"]

@@ -17,7 +17,7 @@ from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph
-from ..training._unlisted import unlisted_ops
+from ..training import unlisted_ops
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._fold import fold_batchnorm
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
