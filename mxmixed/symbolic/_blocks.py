@@ -59,18 +59,12 @@ def load_float16(prefix: str, epoch: int = 0,
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> import mxmixed
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> _ = symbolic.convert(*mx.model.load_checkpoint(prefix, 0)).save(prefix + "-fp16", 0)
     >>> block = symbolic.load_float16(prefix + "-fp16", 0)   # emulated on a CPU already
     >>> out = block(mx.nd.ones((2, 64)))
@@ -116,17 +110,11 @@ def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> from mxmixed import symbolic, bfloat16_support
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> model = symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16")
     >>> _ = model.save(prefix + "-bf16", 0)
     >>> if bfloat16_support()[0]:

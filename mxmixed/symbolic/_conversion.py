@@ -174,17 +174,11 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     --------
     Convert a float32 checkpoint (here exported from a small Gluon net):
 
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> from mxmixed.tutorial import exported_digits_mlp
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     >>> model = symbolic.convert(sym, args, auxs)
     >>> sorted({str(v.dtype.__name__) for v in model.arg_params.values()})

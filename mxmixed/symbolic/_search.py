@@ -165,18 +165,12 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> from sklearn.datasets import load_digits
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     >>> result = symbolic.search_fp32_layers(sym, args, auxs, load_digits().data[:32] / 16,
     ...                                      tolerance=0.01, progress=False)
