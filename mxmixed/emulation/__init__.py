@@ -51,7 +51,8 @@ the same code uses the real float16 kernels on a GPU.
 
 .. note::
    ``MXNET_FC_TRUE_FP16=1`` (float16 accumulation in cuBLAS GEMMs on a GPU) is not emulated:
-   :func:`enable` logs one warning naming it, and the emulation keeps float32 accumulation.
+   :func:`enable` logs one warning naming it, and the emulation keeps float32 accumulation
+   (a value MXNet refuses is a ``ValueError``).
 
 .. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
@@ -127,6 +128,12 @@ def enable(mode: str = "on") -> bool:
     -------
     bool
         Whether emulation is now active.
+
+    Raises
+    ------
+    ValueError
+        In one line: a bad ``mode``, a bad ``MXMIXED_*`` value, or an ``MXNET_FC_TRUE_FP16``
+        that MXNet refuses (`` 1``, ``yes``).
     """
     if mode not in ("on", "auto"):
         raise ValueError("mode must be 'on' or 'auto', got %r" % (mode,))
