@@ -107,7 +107,7 @@ def _checked_state(state):
                          % ", ".join(_CONFIG_KEYS))
     config = _check_config(state["loss_scale"], history_size=state["history_size"],
                            scale_name="loss_scale", **config)
-    counters = {"_" + key: _check_count(key, state[key], low=0)
+    counters = {key: _check_count(key, state[key], low=0)
                 for key in ("growth_tracker", "overflows", "steps", "skipped")}
     try:
         history = [(int(step), float(scale), bool(overflow))
@@ -195,8 +195,8 @@ class LossScaler:
         config = _check_config(init_scale, growth_factor, backoff_factor, growth_interval,
                                min_scale, max_scale, hysteresis, dynamic, history_size)
         self._scale = _as_float32(init_scale)
-        self._history = deque(maxlen=config.pop("history_size"))
-        self.__dict__.update(config)
+        self._history = deque(maxlen=config["history_size"])
+        self._configure(config)
         self._growth_tracker = 0
         self._overflows = 0
         self._steps = 0
@@ -217,6 +217,16 @@ class LossScaler:
         LossScaler
         """
         return cls(init_scale=scale, dynamic=False, min_scale=None, max_scale=None)
+
+    def _configure(self, config):
+        """Take a configuration checked by ``_check_config``."""
+        self.growth_factor = config["growth_factor"]
+        self.backoff_factor = config["backoff_factor"]
+        self.growth_interval = config["growth_interval"]
+        self.hysteresis = config["hysteresis"]
+        self.min_scale = config["min_scale"]
+        self.max_scale = config["max_scale"]
+        self.dynamic = config["dynamic"]
 
     # -- what users read
     @property
@@ -334,8 +344,11 @@ class LossScaler:
             For a dict that is not a LossScaler state, or one with invalid values.
         """
         config, counters, history, last_skipped = _checked_state(state)
-        self._history = deque(history, maxlen=config.pop("history_size"))
-        self.__dict__.update(config)
-        self.__dict__.update(counters)
+        self._history = deque(history, maxlen=config["history_size"])
+        self._configure(config)
+        self._growth_tracker = counters["growth_tracker"]
+        self._overflows = counters["overflows"]
+        self._steps = counters["steps"]
+        self._skipped = counters["skipped"]
         self._scale = _as_float32(state["loss_scale"])
         self._last_skipped = last_skipped

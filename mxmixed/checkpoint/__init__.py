@@ -105,6 +105,8 @@ from .._version import __version__
 from ..scaler import LossScaler
 from ..training import loss_scaler
 
+# unpickle, imported above, also serves the tutorial's Module API loop (MXNet's own pickle of
+# optimizer states, written by the same process); it is not for users
 __all__ = ["save", "load", "read_manifest", "CheckpointError", "FORMAT_VERSION"]
 
 

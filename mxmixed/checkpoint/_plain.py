@@ -29,7 +29,7 @@ _NUMPY_DTYPE = re.compile(r"^[<>|=]?[biufc][0-9]{1,2}$|^\|b1$")
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
-class _Object:
+class SavedSchedule:
     """A saved learning-rate schedule: its class name and attributes, applied onto the trainer's
     own schedule of the same class (never built from the file)."""
 
@@ -142,7 +142,7 @@ def decode_plain(data, arrays, copy=False, objects=False, where="the value"):
         attrs = decode_plain(body.get("attrs"), arrays, copy, False, "%s's attributes" % where)
         if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
             raise ValueError("%s is a schedule whose attributes are not named" % where)
-        return _Object(body["class"], attrs)
+        return SavedSchedule(body["class"], attrs)
     raise ValueError("%s is an unknown value tagged %.40r" % (where, tag))
 
 

@@ -13,7 +13,7 @@ from .._core.dtypes import FLOAT32_MAX, numpy_name
 from ._format import (PICKLED_VERSION, TRAINER, TRAINER_JSON, TRAINER_ND, CheckpointError,
                            corrupt, describe, json_member, nd_member, shape_fits)
 from ._legacy import repickle, unpickle
-from ._plain import _Object, decode_plain, encode_plain, quoted
+from ._plain import SavedSchedule, decode_plain, encode_plain, quoted
 
 
 def trainer_params(trainer, named):
@@ -229,7 +229,7 @@ def _check_states(path, states, attrs, trainer, order):
 
 def _check_schedule(path, schedule, optimizer):
     """A saved learning-rate schedule is of the kind ``optimizer`` has, with its attributes."""
-    if isinstance(schedule, _Object):
+    if isinstance(schedule, SavedSchedule):
         mine = optimizer.lr_scheduler
         if mine is None or type(mine).__name__ != schedule.name:
             raise CheckpointError(
@@ -242,7 +242,7 @@ def _check_schedule(path, schedule, optimizer):
                                   "(%s)" % (path, schedule.name, ", ".join(unknown[:3])))
         for name, value in schedule.attrs.items():
             mine_value = vars(mine)[name]
-            if not _same_kind(mine_value, value) or isinstance(value, _Object) \
+            if not _same_kind(mine_value, value) or isinstance(value, SavedSchedule) \
                     or not _finite(value):
                 raise corrupt(path, "schedule attribute %r is %s, this %s's is a %s"
                               % (name, quoted(value), schedule.name, type(mine_value).__name__))
@@ -289,7 +289,7 @@ def _attr_problem(name, value):
     """What is wrong with the saved optimizer setting ``name`` (kind checked), or None."""
     if name in _NOT_SAVED:
         return "mxmixed never saves it"
-    if isinstance(value, _Object) and name != "lr_scheduler":
+    if isinstance(value, SavedSchedule) and name != "lr_scheduler":
         return "only lr_scheduler holds a schedule"
     if name in _COUNTERS:
         ok = type(value) is int and 0 <= value <= _MAX_COUNT
@@ -338,7 +338,7 @@ def _state_templates(optimizer, attrs, params):
     dtypes that the next step expects (the shapes are the parameter's, checked apart).
     """
     probe = copy.copy(optimizer)
-    vars(probe).update({k: v for k, v in attrs.items() if not isinstance(v, _Object)})
+    vars(probe).update({k: v for k, v in attrs.items() if not isinstance(v, SavedSchedule)})
     templates = []
     for index, param in enumerate(params):
         weight = mx.nd.zeros((1,) * max(len(param.shape or ()), 1), dtype=param.dtype)
@@ -383,7 +383,7 @@ def _state_problem(state, template, own_shape):
 
 def _same_kind(mine, theirs):
     """Whether a saved optimizer attribute can stand where the trainer's own value stands."""
-    if mine is None or theirs is None or isinstance(theirs, _Object):
+    if mine is None or theirs is None or isinstance(theirs, SavedSchedule):
         return True
     number = (int, float)
     if isinstance(mine, bool) or isinstance(theirs, bool):
@@ -414,7 +414,7 @@ def set_trainer_json(trainer, data):
         counts.clear()
         counts.update({move.get(k, k): v for k, v in items})
     schedule = attrs.pop("lr_scheduler", None)
-    if isinstance(schedule, _Object):
+    if isinstance(schedule, SavedSchedule):
         vars(optimizer.lr_scheduler).update(schedule.attrs)
     else:
         optimizer.lr_scheduler = None

@@ -2,8 +2,9 @@
 
 Every bad input is one line on stderr, ``mxmixed COMMAND: error: ...``, and a non-zero exit:
 argparse checks the types and choices of the options, and :func:`parse_shape` reads shapes.
-The commands import MXNet and the modules they drive only when they run
-(:func:`mxmixed.cli._preflight.load`), so that ``--help`` and ``--version`` load no MXNet.
+Each command imports MXNet and the modules it drives only when it runs, by import statements
+inside its functions (``from ..symbolic import convert``), so that ``--help`` and ``--version``
+load no MXNet.
 """
 import argparse
 import sys

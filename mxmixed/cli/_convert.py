@@ -5,6 +5,7 @@ import difflib
 import os
 import re
 import sys
+from typing import Callable, NamedTuple, Optional
 
 from .._core.progress import bars_wanted
 from ._args import DEFAULT_TOLERANCE, dtype, int_at_least, parse_shape, positive_float
@@ -52,26 +53,65 @@ def add_parser(sub):
     conv.set_defaults(func=command)
 
 
+class OptionFlag(NamedTuple):
+    """A flag of ``mxmixed convert`` that sets a field of ``symbolic.ConvertOptions``."""
+
+    field: str
+    flag: str
+    argument: dict  # add_argument's keywords
+    to_field: Optional[Callable] = None  # the field's value from the flag's; by default the same
+
+    @property
+    def dest(self):
+        return self.flag[2:].replace("-", "_")
+
+    def value(self, given):
+        """The field's value for the flag's value ``given``."""
+        return given if self.to_field is None else self.to_field(given)
+
+    def spelled(self, value):
+        """The flag as a user writes it to give the field ``value``."""
+        if self.argument.get("action") is argparse.BooleanOptionalAction:
+            return self.flag if self.value(True) == value else "--no-" + self.flag[2:]
+        if self.argument.get("action") == "store_true":
+            return self.flag
+        return "%s %s" % (self.flag, value)
+
+
+# The flags of the ConvertOptions fields, in the order --help shows them: the parser's
+# arguments and the command's ConvertOptions are both made from this table. A new field needs
+# its row here, or a place in tests/symbolic/test_convert_options.py's set of fields the CLI
+# does not offer.
+OPTION_FLAGS = (
+    OptionFlag("exclude_layers", "--exclude", dict(
+        nargs="+", default=[], metavar="LAYER", help="layer (node) names to keep in float32")),
+    OptionFlag("exclude_ops", "--exclude-op", dict(
+        nargs="+", default=[], metavar="OP",
+        help="operator types to keep in float32, e.g. FullyConnected")),
+    OptionFlag("keep_io_types", "--keep-io-types", dict(
+        action=argparse.BooleanOptionalAction, default=True,
+        help="keep inputs and outputs float32 (default: yes)")),
+    OptionFlag("cast_optional_params", "--keep-optional-params-float32", dict(
+        action="store_true",
+        help="MXNet's default: keep params float32 where float16 is optional"),
+        to_field=lambda kept: not kept),
+    OptionFlag("fold_batchnorm", "--fold-bn", dict(
+        action=argparse.BooleanOptionalAction, default=None,
+        help="fold each BatchNorm into the Convolution before it, in float32 before the cast "
+             "(an inference model; oneDNN then fuses no Convolution+BatchNorm in low "
+             "precision). Default: on for --dtype bfloat16, off for float16")),
+    OptionFlag("target_dtype", "--dtype", dict(
+        default="float16", type=dtype, choices=sorted(DEFAULT_TOLERANCE),
+        help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU serving "
+             "through oneDNN, fast with AVX512-BF16 or AMX; load with "
+             "mxmixed.load_bfloat16). Default float16")),
+)
+
+
 def _add_conversion_flags(conv):
     """What is converted to what, and the output format."""
-    conv.add_argument("--exclude", nargs="+", default=[], metavar="LAYER",
-                      help="layer (node) names to keep in float32")
-    conv.add_argument("--exclude-op", nargs="+", default=[], metavar="OP",
-                      help="operator types to keep in float32, e.g. FullyConnected")
-    conv.add_argument("--keep-io-types", action=argparse.BooleanOptionalAction, default=True,
-                      help="keep inputs and outputs float32 (default: yes)")
-    conv.add_argument("--keep-optional-params-float32", action="store_true",
-                      help="MXNet's default: keep params float32 where float16 is optional")
-    conv.add_argument("--fold-bn", action=argparse.BooleanOptionalAction, default=None,
-                      help="fold each BatchNorm into the Convolution before it, in float32 "
-                           "before the cast (an inference model; oneDNN then fuses no "
-                           "Convolution+BatchNorm in low precision). Default: on for --dtype "
-                           "bfloat16, off for float16")
-    conv.add_argument("--dtype", default="float16", type=dtype,
-                      choices=sorted(DEFAULT_TOLERANCE),
-                      help="target dtype: float16 (GPUs; emulated on a CPU) or bfloat16 (CPU "
-                           "serving through oneDNN, fast with AVX512-BF16 or AMX; load with "
-                           "mxmixed.load_bfloat16). Default float16")
+    for option in OPTION_FLAGS:
+        conv.add_argument(option.flag, **option.argument)
     conv.add_argument("--format", choices=["mxnet", "onnx"], default="mxnet",
                       help="mxnet: OUTPREFIX-symbol.json and OUTPREFIX-EPOCH.params; onnx: "
                            "OUTPREFIX.onnx, validated in onnxruntime on the CPU (needs "
@@ -125,68 +165,85 @@ def _add_sample_flags(conv):
                       help="seed of the random samples")
 
 
-def _check_bfloat16_args(args):
-    """One line for what a bfloat16 conversion cannot do, before any work."""
-    if args.dtype != "bfloat16":
-        return
-    if args.format == "onnx":
+def _checked_options(args):
+    """The command's ConvertOptions, and one line for what a bfloat16 conversion cannot do,
+    before any work."""
+    if args.dtype == "bfloat16" and args.format == "onnx":
         raise CLIError("--format onnx exports float16 models only; drop --dtype bfloat16")
-    if args.search_tolerance is not None:
+    if args.dtype == "bfloat16" and args.search_tolerance is not None:
         raise CLIError("--search-tolerance searches float16 layers only; with --dtype bfloat16 "
                        "use --exclude / --exclude-op")
-    if not args.keep_io_types:
-        raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
-                       "returns float32")
+    options = convert_options(args)
+    if args.dtype != "bfloat16":
+        return options
     from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
     runs, why = bfloat16_support()
     # where bfloat16 cannot run, --validate runs it under the bfloat16 emulation (float32
     # arithmetic, bfloat16 rounding); the report's note goes to stderr once it has run
     if runs and bfloat16_native() is None:
         print("mxmixed convert: note: %s" % BFLOAT16_EMULATED, file=sys.stderr)
+    return options
+
+
+def convert_options(args):
+    """The one ConvertOptions of this command, made from its flags (``OPTION_FLAGS``); a value
+    that the other flags rule out is one line naming its flag."""
+    from ..symbolic import ConvertOptions
+
+    fields = {option.field: option.value(getattr(args, option.dest))
+              for option in OPTION_FLAGS}
+    ruled_out = ConvertOptions.conflict(**fields)
+    if ruled_out is not None:
+        field, value, why = ruled_out
+        flag = next(option for option in OPTION_FLAGS if option.field == field)
+        raise CLIError("%s %s" % (flag.spelled(value), why))
+    return ConvertOptions(**fields)
 
 
 def command(args):
     import mxnet as mx
 
-    _check_bfloat16_args(args)
-    from .. import symbolic
+    options = _checked_options(args)
     from .._core.errors import one_line
+    from ..symbolic import ConversionError, export_onnx, load_checkpoint
 
     tolerance = args.tolerance or args.search_tolerance or DEFAULT_TOLERANCE[args.dtype]
-    _check_convert_files(args, symbolic)
+    _check_convert_files(args)
     try:
-        given = symbolic.load_checkpoint(args.prefix, args.epoch)
+        given = load_checkpoint(args.prefix, args.epoch)
         _check_excluded_layers(args, given[0])
-        samples, shape, types = convert_samples(args, symbolic, *given)
-        model = _convert_model(args, symbolic, *given, samples, types)
+        samples, shape, types = convert_samples(args, *given)
+        model = _convert_model(args, options, *given, samples, types)
         exported = None
         if args.format == "onnx":
-            exported = symbolic.export_onnx(model, shape, given, input_types=types)
+            exported = export_onnx(model, shape, given, input_types=types)
             _say(exported)
         elif args.validate == 0 or model.calibration_outputs is not None:
             # not run again (the validation compares with the calibration's float32 outputs):
             # the model given, its graph many times its file for a long one, goes before the
             # float16 run and the write
             given = None
-        check = (_validate(args, symbolic, given, model, exported, samples)
+        check = (_validate(args, given, model, exported, samples)
                  if args.validate > 0 else None)
-    except symbolic.ConversionError as err:
+    except ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % one_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
 
 
-def _validate(args, symbolic, given, model, exported, samples):
+def _validate(args, given, model, exported, samples):
     """The converted model (or ONNX file) against the model given, or against the float32
     outputs of the calibration where ``given`` is None; printed as it is known."""
+    from ..symbolic import validate, validate_onnx
+
     if exported is not None:
-        check = symbolic.validate_onnx(given, exported, samples, batch_size=args.batch_size,
-                                       progress=bars_wanted())
+        check = validate_onnx(given, exported, samples, batch_size=args.batch_size,
+                              progress=bars_wanted())
         _say(check)
         return check
-    check = symbolic.validate(given, model, samples, batch_size=args.batch_size,
-                              progress=bars_wanted(), reference=model.calibration_outputs)
+    check = validate(given, model, samples, batch_size=args.batch_size, progress=bars_wanted(),
+                     reference=model.calibration_outputs)
     _say(check)
     if check.emulation:
         print("mxmixed convert: note: %s" % check.emulation, file=sys.stderr)
@@ -203,15 +260,17 @@ def _say(*parts):
     sys.stdout.flush()
 
 
-def _check_convert_files(args, symbolic):
+def _check_convert_files(args):
     """Options that need samples, a PREFIX given as a file name, and the output location."""
+    from ..symbolic import ConversionError, check_onnx, checkpoint_paths
+
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if wants_samples and not (args.inputs or args.input_shape or args.input_specs):
         raise CLIError("--validate and --search-tolerance need samples: give --inputs FILE.npy "
                        "or --input-shape C,H,W (several data inputs: --inputs FILE.npz or "
                        "--input NAME:SHAPE[:DTYPE[:HIGH]] per input)")
     check_input_specs(args.input_specs)
-    in_files = symbolic.checkpoint_paths(args.prefix, args.epoch)
+    in_files = checkpoint_paths(args.prefix, args.epoch)
     meant = re.sub(r"-(symbol\.json|\d{4}\.params)$", "", args.prefix)
     if meant != args.prefix and not os.path.exists(in_files[0]):
         raise CLIError("PREFIX is the checkpoint's name without -symbol.json or -EPOCH.params: "
@@ -222,11 +281,10 @@ def _check_convert_files(args, symbolic):
                        "--inputs FILE.npy")
     if to_onnx:
         try:
-            symbolic.check_onnx()
-        except symbolic.ConversionError as err:
+            check_onnx()
+        except ConversionError as err:
             raise CLIError(str(err)) from None
-    out_files = ([args.out + ".onnx"] if to_onnx
-                 else symbolic.checkpoint_paths(args.out, args.epoch))
+    out_files = [args.out + ".onnx"] if to_onnx else checkpoint_paths(args.out, args.epoch)
     check_out_prefix(args.out, in_files, out_files)
 
 
@@ -249,40 +307,19 @@ def _check_excluded_layers(args, sym):
                           ", ... (%d in all)" % len(layers) if len(layers) > 8 else ""))
 
 
-# How each ConvertOptions field is set from the command line: field -> (flag, value of args).
-# A new field needs its flag here, or a place in tests/symbolic/test_convert_options.py's set of fields
-# the CLI does not offer.
-OPTION_FLAGS = {
-    "target_dtype": ("--dtype", lambda args: args.dtype),
-    "exclude_layers": ("--exclude", lambda args: args.exclude),
-    "exclude_ops": ("--exclude-op", lambda args: args.exclude_op),
-    "keep_io_types": ("--keep-io-types", lambda args: args.keep_io_types),
-    "cast_optional_params": ("--keep-optional-params-float32",
-                             lambda args: not args.keep_optional_params_float32),
-    "fold_batchnorm": ("--fold-bn", lambda args: args.fold_bn),
-}
-
-
-def convert_options(symbolic, args):
-    """The one ConvertOptions of this command, built from its flags."""
-    return symbolic.ConvertOptions(**{field: value(args)
-                                      for field, (_, value) in OPTION_FLAGS.items()})
-
-
-def _convert_model(args, symbolic, sym, arg_params, aux_params, samples, types=None):
+def _convert_model(args, options, sym, arg_params, aux_params, samples, types=None):
     """Convert (or search, then convert); print the report as soon as it exists."""
-    options = convert_options(symbolic, args)
+    from ..symbolic import convert, search_fp32_layers
+
     if args.search_tolerance is not None:
-        search = symbolic.search_fp32_layers(sym, arg_params, aux_params, samples,
-                                             tolerance=args.search_tolerance,
-                                             batch_size=args.batch_size,
-                                             progress=bars_wanted(), options=options)
+        search = search_fp32_layers(sym, arg_params, aux_params, samples,
+                                    tolerance=args.search_tolerance, batch_size=args.batch_size,
+                                    progress=bars_wanted(), options=options)
         print(search.model.report.format(verbose=args.verbose))
         _say(search)
         return search.model
-    model = symbolic.convert(sym, arg_params, aux_params, calibration=samples,
-                             batch_size=args.batch_size, progress=bars_wanted(),
-                             options=options, input_types=types or None)
+    model = convert(sym, arg_params, aux_params, calibration=samples, batch_size=args.batch_size,
+                    progress=bars_wanted(), options=options, input_types=types or None)
     print(model.report.format(verbose=args.verbose))
     sys.stdout.flush()
     return model

@@ -83,25 +83,27 @@ def _listed(names):
     return shown + (", ... (%d in all)" % len(names) if len(names) > _SHOWN else "")
 
 
-def convert_samples(args, symbolic, sym, arg_params, aux_params):
+def convert_samples(args, sym, arg_params, aux_params):
     """The samples for calibration, validation and the search (None when none is asked),
     the shape of one (None when no shape is given), and the dtypes of integer inputs: an
     array and a shape, or with several named inputs a dict of arrays and one of shapes."""
-    data_names = symbolic.data_inputs(sym, arg_params, aux_params)
+    from ..symbolic import check_params, data_inputs
+
+    data_names = data_inputs(sym, arg_params, aux_params)
     if not data_names:
         raise CLIError("the graph has no data input: every input is a parameter")
     wants_samples = args.validate > 0 or args.search_tolerance is not None
     if not (wants_samples or args.format == "onnx"):
         return None, None, _declared_types(args)
     if args.input_specs or (args.inputs and _is_npz(args.inputs)):
-        samples, shapes = _named_samples(args, symbolic, sym, arg_params, aux_params,
-                                         args.validate or 8, strict=args.validate > 0)
+        samples, shapes = _named_samples(args, sym, arg_params, aux_params, args.validate or 8,
+                                         strict=args.validate > 0)
         types = {n: a.dtype for n, a in samples.items() if a.dtype.kind in "iu"}
         return (samples if wants_samples else None), shapes, types
     _check_one_input(args, sym, arg_params, aux_params)
     shape, header = _sample_shape(args)
-    symbolic.check_params(sym, arg_params, aux_params, source="the params",
-                          data_shapes={data_names[0]: (1,) + shape})
+    check_params(sym, arg_params, aux_params, source="the params",
+                 data_shapes={data_names[0]: (1,) + shape})
     count = args.validate or 8
     rows = count if header is None or args.validate > 0 else min(count, header.shape[0])
     read = 0 if header is None else rows * header.row_items * header.dtype.itemsize
@@ -171,14 +173,14 @@ def _is_npz(path):
 
 def _graph_inputs(sym, arg_params, aux_params):
     """The data inputs an inference run needs (labels of Module API outputs dropped)."""
-    from ..symbolic._inference import inference_graph
+    from ..symbolic import inference_graph
 
     inference = inference_graph(sym)
     params = set(arg_params) | set(aux_params)
     return inference, [n for n in inference.list_inputs() if n not in params]
 
 
-def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
+def _named_samples(args, sym, arg_params, aux_params, count, strict):
     """Samples as a dict of named arrays (from --inputs FILE.npz or --input specs), checked
     against the graph's data inputs, and the shape of one sample of each.
 
@@ -188,6 +190,7 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
     import numpy as np
 
     from .._files.npz import NpzArchive, SamplesFileError
+    from ..symbolic import check_params
 
     inference, names = _graph_inputs(sym, arg_params, aux_params)
     if args.inputs:
@@ -226,8 +229,8 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
                                           err.reason.rsplit("): ", 1)[-1], ", ".join(names))
                        ) from None
     shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
-    symbolic.check_params(sym, arg_params, aux_params, source="the params",
-                          data_shapes={n: (1,) + s for n, s in shapes.items()})
+    check_params(sym, arg_params, aux_params, source="the params",
+                 data_shapes={n: (1,) + s for n, s in shapes.items()})
     return arrays, shapes
 
 

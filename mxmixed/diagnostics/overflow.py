@@ -27,7 +27,7 @@ from mxnet.contrib import amp
 from .._core.convert import amp_forced, convert_graph
 from .._core.dtypes import FLOAT16
 from .._core.state import amp_initialized
-from ..emulation._names import is_emulation_name, user_name, user_tensor_name
+from ..emulation import is_emulation_name, user_name, user_tensor_name
 from ..training import amp_scope
 from ._executor import Namer, Run, with_loss_scale
 from ._tracing import (DATA, LABEL, Batch, as_ndarray, block_paths, check_block,

@@ -29,6 +29,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
+from .._core.mxbool import attr_bool
 from ._tracing import (GraphInfo, InputShape, block_paths, check_block, layer_of, normalize_input_shape,
                      strip_amp_casts, trace)
 
@@ -69,12 +70,6 @@ def _int(value, default=0):
         return int(value)
     except (TypeError, ValueError):
         return default
-
-
-def _bool(value, default):
-    if value is None:
-        return default
-    return str(value).lower() in ("true", "1")
 
 
 _ADVICE = {
@@ -225,7 +220,7 @@ def _dims(info, i, data_names):
     op = node.op
     data_shape = info.input(i, 0)[0]
     if op == "FullyConnected":
-        if _bool(attrs.get("flatten"), True):
+        if attr_bool(attrs, "flatten", True):
             rows, k = data_shape[0], int(np.prod(data_shape[1:]))
             row_name = "batch"
         else:

@@ -51,7 +51,8 @@ the same code uses the real float16 kernels on a GPU.
 
 .. note::
    ``MXNET_FC_TRUE_FP16=1`` (float16 accumulation in cuBLAS GEMMs on a GPU) is not emulated:
-   :func:`enable` logs one warning naming it, and the emulation keeps float32 accumulation.
+   :func:`enable` logs one warning naming it, and the emulation keeps float32 accumulation
+   (a value MXNet refuses is a ``ValueError``).
 
 .. note::
    RNN: the fused op is emulated at its boundary, so inside one call the hidden and cell
@@ -65,14 +66,20 @@ import os
 from typing import Iterator
 
 from .._core.env import check as check_environment
+from .._core.mxbool import env_bool
 from .._core.state import EMULATION, emulation_active, gpu_visible
 from ._gpu_semantics import install_gpu_semantics
 from ._graphpass import count_emulated, emulate_symbol, rewritten_op_types
 from ._hooks import EmulatedCachedOp, install_graph_hooks
+from ._names import is_emulation_name, user_name, user_tensor_name
 from ._ops import EMULATED_OPS, NOT_EMULATED
-from ._overflow import install_overflow_check
+from ._overflow import all_finite, install_overflow_check
+from ._round16 import round_bf16_op
 from ._wrappers import AMP_MODULE, amp_cast_as_on_gpu, install_nd_wrappers
 
+# Imported above for mxmixed's other packages, not for users: all_finite (training's handle),
+# round_bf16_op (symbolic's bfloat16 emulation), is_emulation_name, user_name and
+# user_tensor_name (diagnostics)
 __all__ = ["enable", "disable", "emulated", "emulation_active", "describe", "emulate_symbol",
            "count_emulated", "rewritten_op_types", "EmulatedCachedOp", "EMULATED_OPS",
            "NOT_EMULATED"]
@@ -89,10 +96,10 @@ FC_TRUE_FP16_NOT_EMULATED = (
 
 def _refuse_fc_true_fp16():
     """Log :data:`FC_TRUE_FP16_NOT_EMULATED` once per process when the variable is set
-    (MXNet reads it as a bool: ``1`` or ``true``)."""
-    value = os.environ.get("MXNET_FC_TRUE_FP16", "")
-    if EMULATION.fc_true_fp16_warned or value.strip().lower() in ("", "0", "false"):
+    (MXNet reads it as a bool: ``1`` or ``true``); a value MXNet refuses is a ``ValueError``."""
+    if EMULATION.fc_true_fp16_warned or not env_bool("MXNET_FC_TRUE_FP16", False):
         return
+    value = os.environ["MXNET_FC_TRUE_FP16"]
     EMULATION.fc_true_fp16_warned = True
     _LOG.warning(FC_TRUE_FP16_NOT_EMULATED, value)
 
@@ -121,6 +128,12 @@ def enable(mode: str = "on") -> bool:
     -------
     bool
         Whether emulation is now active.
+
+    Raises
+    ------
+    ValueError
+        In one line: a bad ``mode``, a bad ``MXMIXED_*`` value, or an ``MXNET_FC_TRUE_FP16``
+        that MXNet refuses (`` 1``, ``yes``).
     """
     if mode not in ("on", "auto"):
         raise ValueError("mode must be 'on' or 'auto', got %r" % (mode,))

@@ -30,10 +30,10 @@ same gradient: round(mask * g) is mask * round(g). This holds only where each ro
 relu as its one neighbour (no other reader adds an unrounded gradient), and is checked so.
 Only a NaN's payload can differ (its low bits, which float16 cannot hold).
 """
-import os
 
 from .._core.env import switch
 from .._core.graph import attr_ints
+from .._core.mxbool import env_bool
 from ._names import is_emulation_name, is_input_cast
 from ._round16 import round16_op
 
@@ -219,7 +219,7 @@ def _merged_by_mxnet(nodes, routes):
     """Whether MXNet's common-expression elimination (``MXNET_ELIMINATE_COMMON_EXPR``, on by
     default in bound executors and CachedOps) merges the routes into one: the same casts with
     the same attributes, in the same order."""
-    if os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1").lower() in ("0", "false"):
+    if not env_bool("MXNET_ELIMINATE_COMMON_EXPR", True):
         return False
     shapes = {tuple((nodes[c].op, tuple(sorted(nodes[c].attrs.items())))
                     for c in route) for route in routes}

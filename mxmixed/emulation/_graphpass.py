@@ -22,6 +22,7 @@ from mxnet.symbol.numpy import _Symbol as NumpySymbol
 
 from .._core.dtypes import FLOAT16, FLOAT32
 from .._core.graph import GraphTypeError, as_graph, attr_ints, cast_node, pin_variable_dtypes
+from .._core.mxbool import attr_bool
 from .._core.params import is_param_name
 from ._carry import carry_float32
 from ._deconv import conv_form_applies, deconvolution_nodes
@@ -58,10 +59,6 @@ def _short(types, shown=4):
     return "{%s}" % text
 
 
-def _truthy(value):
-    return str(value).strip().lower() in ("true", "1")
-
-
 def bias_of(op, attrs, n_inputs):
     """The bias position of a biased GEMM op whose GPU kernel adds it as a second rounding.
 
@@ -78,7 +75,7 @@ def bias_of(op, attrs, n_inputs):
         None when the op has no bias composition or no bias.
     """
     spec = EMULATED_OPS.get(op)
-    if spec is None or spec.gpu != BIAS_TWICE or _truthy(attrs.get("no_bias", False)):
+    if spec is None or spec.gpu != BIAS_TWICE or attr_bool(attrs, "no_bias", False):
         return None
     return spec.bias_input if n_inputs > spec.bias_input else None
 

@@ -22,12 +22,13 @@ their native (slow but faithful) CPU float16 kernels. softmax and LayerNorm, who
 arithmetic depends on that variable (:attr:`OpSpec.setting`), are computed by the rounding
 library in the GPU kernels' own order, whichever way the variable is set at the op's run.
 """
-import os
 from collections import namedtuple
+
+from .._core.mxbool import env_bool, read_optional_bool
 
 __all__ = ["OpSpec", "EMULATED_OPS", "GEMM_OPS", "SLOW_OPS", "AMP_OPS", "ZOO_OPS", "NLP_OPS",
            "NOT_EMULATED", "ONE_ROUNDING", "BIAS_TWICE", "FLOAT16_STEPS", "LIBRARY_OP",
-           "SAFE_ACCUMULATION", "applies", "library_compute", "setting_value", "gpu_arithmetic"]
+           "SAFE_ACCUMULATION", "applies", "library_compute", "gpu_arithmetic"]
 
 OpSpec = namedtuple("OpSpec", ["reason", "keep_inputs", "float16_outputs", "same_dtype",
                                "gpu", "bias_input", "when", "library", "kernel", "setting"])
@@ -56,10 +57,11 @@ gpu : str or dict of bool to str
 bias_input : int or None
     For :data:`BIAS_TWICE` ops, the position of the bias input (present unless
     ``no_bias=True``).
-when : dict of str to str or tuple of str, or None
+when : dict of str to str, tuple of str or callable, or None
     Attribute values the op must have to be emulated (``{'act_type': 'gelu'}``; a tuple lists
-    the values allowed, ``'None'`` standing for an attribute not given); a call or node with
-    other values keeps its native kernel. None: always.
+    the values allowed, ``'None'`` standing for an attribute not given; a function takes the
+    value, None when not given, and says whether it fits); a call or node with other values
+    keeps its native kernel. None: always.
 library : tuple of str, or None
     The ``act_type`` values that the rounding library's ``_mxmixed_act16`` computes on the
     widened float16 values (:data:`LIBRARY_OP`), where the GPU runs MXNet's ``half_t``
@@ -93,8 +95,22 @@ def applies(spec, attrs):
     -------
     bool
     """
-    return not spec.when or all(str(attrs.get(k)) in (v if isinstance(v, tuple) else (v,))
-                                for k, v in spec.when.items())
+    return not spec.when or all(_fits(attrs.get(k), v) for k, v in spec.when.items())
+
+
+def _fits(value, allowed):
+    if callable(allowed):
+        return allowed(value)
+    return str(value) in (allowed if isinstance(allowed, tuple) else (allowed,))
+
+
+def _off(value):
+    """An ``optional<bool>`` attribute that is off (not given, none, false or 0, as MXNet reads
+    them); a value MXNet refuses keeps the native kernel, which gives MXNet's own error."""
+    try:
+        return not read_optional_bool(value, "use_length")
+    except ValueError:
+        return False
 
 
 def library_compute(spec, attrs):
@@ -115,33 +131,6 @@ def library_compute(spec, attrs):
     return LIBRARY_OP if spec.library and str(attrs.get("act_type")) in spec.library else None
 
 
-def setting_value(name, environ=None):
-    """A boolean setting as MXNet reads it (``dmlc::GetEnv<bool>``): unset or empty is False,
-    ``1``/``true`` True, ``0``/``false`` False, in any case.
-
-    Parameters
-    ----------
-    name : str
-    environ : mapping, optional
-        ``os.environ`` by default.
-
-    Returns
-    -------
-    bool
-
-    Raises
-    ------
-    ValueError
-        For any other value, which MXNet refuses too.
-    """
-    value = (os.environ if environ is None else environ).get(name, "")
-    if value.lower() in ("", "0", "false"):
-        return False
-    if value.lower() in ("1", "true"):
-        return True
-    raise ValueError("%s=%r: MXNet reads it as a boolean (0, 1, true or false)" % (name, value))
-
-
 def gpu_arithmetic(spec, environ=None):
     """What a GPU computes for ``spec``'s op now: :attr:`OpSpec.gpu`, or for an op that
     depends on a setting, its sentence for the setting's present value.
@@ -158,7 +147,7 @@ def gpu_arithmetic(spec, environ=None):
     """
     if spec.setting is None:
         return spec.gpu
-    return spec.gpu[setting_value(spec.setting, environ)]
+    return spec.gpu[env_bool(spec.setting, False, environ)]
 
 ONE_ROUNDING = "float32 arithmetic inside the op, one rounding of each float16 output"
 BIAS_TWICE = ("no-bias result (float32 accumulation) rounded to float16, then the bias added "
@@ -362,7 +351,7 @@ NLP_OPS = {
                "summed in float16 likewise; half(y * half(dy - sum))",
         True: "float32 accumulation of exp(half(x - max)); half(exp / sum). Backward: "
               "half(dy * y) summed in float32; half(y * half(dy - sum))"},
-        when={"use_length": ("None", "False", "false", "0"), "temperature": ("None", "1", "1.0"),
+        when={"use_length": _off, "temperature": ("None", "1", "1.0"),
               "dtype": ("None",)}, kernel="_mxmixed_softmax16", setting=SAFE_ACCUMULATION),
     # 8.7x slower forward+backward (1024x512). GPU (layer_norm.cu, last axis: the contiguous
     # kernels; other axes run LayerNormComputeGeneral and keep the native kernel here):

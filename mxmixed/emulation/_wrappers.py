@@ -7,7 +7,6 @@ outputs back (see :mod:`mxmixed.emulation._ops` for what each op computes on a G
 import ctypes
 import functools
 import inspect
-import os
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from mxnet.numpy import ndarray as NumpyArray
 
 from .._core.devices import CPU_DEVICE_TYPES
 from .._core.dtypes import FLOAT16, FLOAT32
+from .._core.mxbool import attr_bool, env_bool
 from .._core.state import EMULATION
 from ._deconv import conv_form_applies, deconvolution_as_convolution
 from ._gpu_semantics import csr_dot_as_on_gpu, is_float16_csr
@@ -47,8 +47,7 @@ def onednn_active():
     -------
     bool
     """
-    return (mx.runtime.Features().is_enabled("MKLDNN")
-            and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0")
+    return mx.runtime.Features().is_enabled("MKLDNN") and env_bool("MXNET_MKLDNN_ENABLED", True)
 
 
 def refuse_deconv_training():
@@ -109,7 +108,8 @@ def _add_bias_as_on_gpu(op_name, result, bias, attrs, out):
 
 @functools.lru_cache(maxsize=256)
 def _multicast_types(dtypes, cast_narrow):
-    """Output dtypes of ``amp_multicast`` by MXNet's own type inference."""
+    """Output dtypes of ``amp_multicast`` by MXNet's own type inference (``cast_narrow`` as
+    given: MXNet reads it)."""
     names = ["x%d" % k for k in range(len(dtypes))]
     sym = mx.sym.amp_multicast(*[mx.sym.var(n) for n in names], num_outputs=len(names),
                                cast_narrow=cast_narrow)
@@ -119,8 +119,7 @@ def _multicast_types(dtypes, cast_narrow):
 
 def _multicast(original, *data, num_outputs=None, cast_narrow=False, out=None, **kwargs):
     """``amp_multicast`` as the GPU computes it: each input cast to its output dtype."""
-    narrow = str(cast_narrow).lower() in ("true", "1")
-    targets = _multicast_types(tuple(np.dtype(a.dtype).name for a in data), narrow)
+    targets = _multicast_types(tuple(np.dtype(a.dtype).name for a in data), str(cast_narrow))
     outs = out if isinstance(out, (list, tuple)) else [None] * len(data)
     return [mx.nd.amp_cast(a, dtype=t, out=o) for a, t, o in zip(data, targets, outs)]
 
@@ -147,8 +146,7 @@ def _library_compute(name):
         result = mx.ndarray._internal._imperative_invoke(
             handle, [_as_legacy(a) for a in arrays], list(attrs), list(attrs.values()), None,
             False, False)
-        if isinstance(result, list) and attrs.get("output_mean_var", "").lower() not in (
-                "true", "1"):
+        if isinstance(result, list) and not attr_bool(attrs, "output_mean_var", False):
             result = result[0]
         return _like(arrays[0], result)
     return compute

@@ -37,6 +37,7 @@ from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)
 from ._conversion import ConvertedModel, convert
+from ._inference import inference_graph
 from ._options import ConvertOptions
 from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_precision_params
 from ._report import ConversionReport
@@ -44,6 +45,7 @@ from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
 from ._validation import ValidationReport, validate
 
+# inference_graph, imported above, is for the CLI's samples, not for users
 __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params",
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
            "checkpoint_paths", "data_inputs",

@@ -24,7 +24,7 @@ import mxnet as mx
 from .._core.dtypes import BFLOAT16, FLOAT32
 from .._core.graph import as_graph, cast_node, dtype_code
 from .._core.ops import CAST_OPS
-from ..emulation._round16 import round_bf16_op
+from ..emulation import round_bf16_op
 
 __all__ = ["emulate_bfloat16", "emulation_note", "bfloat16_entries"]
 

@@ -5,7 +5,7 @@ Re-exported by :mod:`mxmixed.symbolic`.
 """
 import contextlib
 import warnings
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
 from ._report import ConversionReport
 from ._inference import block_facts, default_ctx, symbol_block
-from ._options import ConvertOptions, options_from
+from ._options import ConvertOptions, option_keywords, options_from
 
 __all__ = ["load_float16", "load_bfloat16", "convert_hybrid_block"]
 
@@ -59,18 +59,12 @@ def load_float16(prefix: str, epoch: int = 0,
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> import mxmixed
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> _ = symbolic.convert(*mx.model.load_checkpoint(prefix, 0)).save(prefix + "-fp16", 0)
     >>> block = symbolic.load_float16(prefix + "-fp16", 0)   # emulated on a CPU already
     >>> out = block(mx.nd.ones((2, 64)))
@@ -116,17 +110,11 @@ def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> from mxmixed import symbolic, bfloat16_support
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> model = symbolic.convert(*mx.model.load_checkpoint(prefix, 0), target_dtype="bfloat16")
     >>> _ = model.save(prefix + "-bf16", 0)
     >>> if bfloat16_support()[0]:
@@ -184,13 +172,10 @@ def _block_graph(block, inputs, ctx):
     return [v.name for v in data_vars], graph.to_symbol()
 
 
+@option_keywords
 def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
-                         ctx: Optional[mx.Context] = None, exclude_layers: Sequence[str] = (),
-                         exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
-                         cast_optional_params: bool = True, return_report: bool = False,
-                         options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
-                         searched_layers: Sequence[str] = (), keep_detection_float32: bool = True,
-                         fold_batchnorm: Optional[bool] = None
+                         ctx: Optional[mx.Context] = None, *, return_report: bool = False,
+                         options: Optional[ConvertOptions] = None, **fields: Any
                          ) -> Union[gluon.SymbolBlock, Tuple[gluon.SymbolBlock, ConversionReport]]:
     """Convert a Gluon HybridBlock to float16 mixed precision, on a CPU or a GPU.
 
@@ -208,14 +193,12 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
         Example inputs, needed when the block has not run hybridized yet.
     ctx : mxnet.Context, optional
         Where the returned block lives: the first GPU when there is one, else the CPU.
-    exclude_layers, exclude_ops, keep_io_types, cast_optional_params
-        As in :func:`convert`.
     return_report : bool, default False
         Also return the :class:`ConversionReport`.
     options : ConvertOptions, optional
-        The conversion options in one object instead of their keywords (not both).
-    target_dtype, searched_layers, keep_detection_float32, fold_batchnorm
-        As in :func:`convert`.
+        The conversion options in one object, as in :func:`convert`, or else:
+    **fields
+        Each field of :class:`ConvertOptions` as a keyword; not with ``options``.
 
     Returns
     -------
@@ -237,12 +220,7 @@ def convert_hybrid_block(block: gluon.HybridBlock, inputs: Any = None,
     >>> out.shape
     (2, 10)
     """
-    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
-                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
-                           cast_optional_params=cast_optional_params,
-                           searched_layers=searched_layers,
-                           keep_detection_float32=keep_detection_float32,
-                           fold_batchnorm=fold_batchnorm)
+    options = options_from(options, **fields)
     if not isinstance(block, gluon.HybridBlock):
         raise ConversionError("block must be a HybridBlock, got %s" % type(block).__name__)
     ctx = default_ctx(ctx)

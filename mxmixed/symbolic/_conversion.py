@@ -6,7 +6,7 @@ float16 params and float16 inputs and outputs. Re-exported by :mod:`mxmixed.symb
 import difflib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -18,12 +18,12 @@ from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
 from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .._core.graph import as_graph
 from .._core.ops import CAST_OPS, DETECTION_OPS
-from ..training._unlisted import unlisted_ops
+from ..training import unlisted_ops
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._fold import fold_batchnorm
 from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_float16, known_types,
                      symbol_block)
-from ._options import ConvertOptions, options_from
+from ._options import ConvertOptions, option_keywords, options_from
 from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
 from ._rewrite import fold_constants, mask_softmax
@@ -110,16 +110,12 @@ def _convert_settled(sym, arg32, aux32, target, reasons, cast_optional, data_nam
     return result.symbol, result.arg_params, result.aux_params
 
 
+@option_keywords
 def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
-            aux_params: Dict[str, mx.nd.NDArray],
-            target_dtype: str = "float16", exclude_layers: Sequence[str] = (),
-            exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
-            cast_optional_params: bool = True, searched_layers: Sequence[str] = (),
-            keep_detection_float32: bool = True, calibration: Any = None, batch_size: int = 8,
-            ctx: Optional[mx.Context] = None, progress: bool = False,
-            options: Optional[ConvertOptions] = None,
-            input_types: Optional[Dict[str, Any]] = None, *,
-            fold_batchnorm: Optional[bool] = None) -> ConvertedModel:
+            aux_params: Dict[str, mx.nd.NDArray], *, calibration: Any = None,
+            batch_size: int = 8, ctx: Optional[mx.Context] = None, progress: bool = False,
+            input_types: Optional[Dict[str, Any]] = None,
+            options: Optional[ConvertOptions] = None, **fields: Any) -> ConvertedModel:
     """Convert a float32 Symbol model to float16 mixed precision, with a report.
 
     A wrapper of ``mxnet.contrib.amp.convert_model`` that leaves the caller's dicts alone
@@ -131,27 +127,6 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         The float32 graph.
     arg_params, aux_params : dict of str to mxnet.nd.NDArray
         Its params; float16 ones (a partly cast model) are taken back to float32 first.
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
-        bfloat16 is for CPUs: MXNet runs it through oneDNN, fast with AVX512-BF16 or AMX
-        (see :func:`mxmixed.bfloat16_support`); load the result with :func:`load_bfloat16`.
-    exclude_layers : sequence of str
-        Node names to keep in float32 (``excluded_sym_names``).
-    exclude_ops : sequence of str
-        Operator types to keep in float32 (every node of that type is excluded).
-    keep_io_types : bool, default True
-        Keep data inputs and outputs float32. With False, inputs the graph casts to float16
-        become float16 inputs and float16 outputs are returned without the cast back.
-    cast_optional_params : bool, default True
-        Store params as float16 wherever the graph only uses them in float16, so the file is
-        about half the size. **MXNet's default is False** (params stay float32 and are cast
-        on every run); pass False for that behaviour.
-    searched_layers : sequence of str
-        Layers found by :func:`search_fp32_layers`: kept float32 like ``exclude_layers`` and
-        reported with the reason ``'search'``.
-    keep_detection_float32 : bool, default True
-        Keep box decoding, NMS, anchors, ROI and proposal ops (``_contrib_box_decode``,
-        ``_contrib_box_nms``, ``_contrib_MultiBoxPrior``, ``ROIPooling``, ...) in float32,
-        with their inputs cast to float32; reported with the reason ``'detection op'``.
     calibration : array-like, dict or iterable, optional
         Representative inputs, as in :func:`validate` (a dict of named arrays for a model
         with several data inputs). When given, the float32 model runs on
@@ -164,19 +139,17 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
         Where the calibration runs; the first GPU when there is one, else the CPU.
     progress : bool, default False
         A tqdm bar over the calibration batches.
-    options : ConvertOptions, optional
-        The conversion options in one object, instead of their keywords (``target_dtype``,
-        ``exclude_layers``, ``exclude_ops``, ``keep_io_types``, ``cast_optional_params``,
-        ``searched_layers``, ``keep_detection_float32``, ``fold_batchnorm``); not both.
     input_types : dict of str to dtype, optional
         The dtypes of integer data inputs (a BERT's token ids and token types: int32), which
         the conversion keeps as they are: never cast to float16, never made float16 inputs
         by ``keep_io_types=False``. By default those of a ``calibration`` dict; data inputs
         not named are float32.
-    fold_batchnorm : bool, optional
-        Fold each BatchNorm into the Convolution before it, in float32 before the cast (the
-        converted model is for inference); by default on for bfloat16, off for float16
-        (:class:`ConvertOptions`).
+    options : ConvertOptions, optional
+        The conversion options in one object (the target dtype, the layers and ops kept
+        float32, the io types, ...), or else:
+    **fields
+        Each field of :class:`ConvertOptions` as a keyword (``target_dtype='bfloat16'``,
+        ``exclude_layers=[...]``, ...); not with ``options``.
 
     Returns
     -------
@@ -202,17 +175,11 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     --------
     Convert a float32 checkpoint (here exported from a small Gluon net):
 
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> from mxmixed.tutorial import exported_digits_mlp
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     >>> model = symbolic.convert(sym, args, auxs)
     >>> sorted({str(v.dtype.__name__) for v in model.arg_params.values()})
@@ -223,12 +190,7 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ('...digits-fp16-symbol.json', '...digits-fp16-0000.params')
     """
     start = time.perf_counter()
-    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
-                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
-                           cast_optional_params=cast_optional_params,
-                           searched_layers=searched_layers,
-                           keep_detection_float32=keep_detection_float32,
-                           fold_batchnorm=fold_batchnorm)
+    options = options_from(options, **fields)
     return convert_with(sym, arg_params, aux_params, options, calibration, batch_size, ctx,
                         progress, start, input_types)
 

@@ -22,11 +22,9 @@ import mxnet as mx
 
 from .._core.convert import ConversionError
 from .._core.graph import as_graph, attr_float, unused_name
+from .._core.mxbool import attr_bool
 
 __all__ = ["fold_batchnorm"]
-
-_TRUE = ("true", "1")
-
 
 def _attr(node, key, default):
     return node.attrs.get(key, default)
@@ -60,7 +58,7 @@ def _foldable(graph, index, args, auxs, heads, keep, shared):
     if bn.op != "BatchNorm" or bn.name in keep or len(bn.inputs) != 5:
         return None
     if int(_attr(bn, "axis", "1")) != 1 or \
-            str(_attr(bn, "output_mean_var", "False")).lower() in _TRUE:
+            attr_bool(bn.attrs, "output_mean_var", False):
         return None
     src, out = bn.inputs[0][:2]
     conv = graph.nodes[src]
@@ -76,7 +74,7 @@ def _foldable(graph, index, args, auxs, heads, keep, shared):
             [_variable(graph, e, auxs, shared) for e in bn.inputs[3:5]]
     weight = (_variable(graph, conv.inputs[1], args, shared)
               if len(conv.inputs) > 1 else None)
-    no_bias = str(_attr(conv, "no_bias", "False")).lower() in _TRUE
+    no_bias = attr_bool(conv.attrs, "no_bias", False)
     bias = None if no_bias else (_variable(graph, conv.inputs[2], args, shared)
                                  if len(conv.inputs) > 2 else None)
     if None in names or weight is None or (not no_bias and bias is None):
@@ -103,7 +101,7 @@ def _folded_params(bn, conv_params, bn_params):
     """The folded weight and bias (float32 NDArrays) of one pair."""
     weight, bias = conv_params
     gamma, beta, mean, var = (p.asnumpy().astype(np.float64) for p in bn_params)
-    if str(_attr(bn, "fix_gamma", "True")).lower() in _TRUE:
+    if attr_bool(bn.attrs, "fix_gamma", True):
         gamma = np.ones_like(gamma)
     scale = gamma / np.sqrt(var + attr_float(_attr(bn, "eps", None), 0.001))
     w = weight.asnumpy().astype(np.float64)

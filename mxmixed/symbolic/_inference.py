@@ -21,6 +21,7 @@ from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
 from .._core.graph import GraphTypeError, Record, as_graph, cast_node, dtype_code, var_dtype
+from .._core.mxbool import attr_bool
 from .._core.ops import BATCHNORM_OPS, LOSS_OUTPUT_OPS
 from ._bfloat16_emulation import emulate_bfloat16
 
@@ -139,9 +140,9 @@ def inference_graph(sym):
         attrs = node.attrs
         name = node.name
         if node.op == "SoftmaxOutput":
-            if attrs.get("multi_output") in ("True", "1", "true"):
+            if attr_bool(attrs, "multi_output", False):
                 outputs.append(mx.sym.softmax(x, axis=1, name=name))
-            elif attrs.get("preserve_shape") in ("True", "1", "true"):
+            elif attr_bool(attrs, "preserve_shape", False):
                 outputs.append(mx.sym.softmax(x, axis=-1, name=name))
             else:
                 flat = mx.sym.softmax(mx.sym.flatten(x), axis=1)

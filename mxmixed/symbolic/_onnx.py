@@ -148,17 +148,11 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(512, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> from mxmixed.tutorial import exported_digits_mlp
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp(), hidden=512)  # a float32 checkpoint
     >>> fp32 = mx.model.load_checkpoint(prefix, 0)
     >>> onnx_model = symbolic.export_onnx(symbolic.convert(*fp32), (64,), float32_model=fp32)
     >>> round(onnx_model.size_ratio, 2)

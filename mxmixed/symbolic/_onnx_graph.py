@@ -27,6 +27,7 @@ import mxnet as mx
 from .._core.convert import ConversionError
 from .._core.errors import one_line
 from .._core.graph import as_graph
+from .._core.mxbool import attr_bool
 
 __all__ = ["check_onnx", "class_aware_nms", "onnx_output_names", "onnx_packages", "to_proto"]
 
@@ -92,7 +93,7 @@ def _convert_amp_multicast(ops):
 
         name, inputs, attrs = ops.get_inputs(node, kwargs)
         dtypes = [np.dtype(d) for d in ops.get_input_dtypes(node, kwargs)]
-        narrow = attrs.get("cast_narrow", "False") in ("True", "true", "1")
+        narrow = attr_bool(attrs, "cast_narrow", False)
         pick = min if narrow else max
         dtype = pick(dtypes, key=lambda d: d.itemsize)
         count = int(attrs.get("num_outputs", len(inputs)))
@@ -192,7 +193,7 @@ def class_aware_nms(graph):
     """Names of ``box_nms`` nodes that suppress per class, which MXNet's exporter cannot keep."""
     return [n.name for n in graph.nodes if n.op == "_contrib_box_nms"
             and int(n.attrs.get("id_index", "-1")) != -1
-            and n.attrs.get("force_suppress", "False") not in ("True", "1")]
+            and not attr_bool(n.attrs, "force_suppress", False)]
 
 
 def _missing_converters(graph, registry):

@@ -25,6 +25,7 @@ import numpy as np
 import mxnet as mx
 
 from .._core.graph import as_graph, attr_ints, unused_name
+from .._core.mxbool import read_optional_bool
 
 __all__ = ["fold_constants", "mask_softmax"]
 
@@ -263,6 +264,6 @@ def _structure_keys(graph):
 def _masked_softmax(node):
     if node.op != "softmax" or len(node.inputs) != 2:
         return False
-    if str(node.attrs.get("use_length", "False")).lower() not in ("true", "1"):
+    if not read_optional_bool(node.attrs.get("use_length"), "use_length"):
         return False
     return attr_ints(node.attrs.get("axis", "-1")) == (-1,)

@@ -8,7 +8,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from .._core.progress import progress as progress_bars
 from ._conversion import ConvertedModel, convert_with
 from ._detections import DETECTION_RULE, RELATIVE_RULE, is_detection
 from ._inference import default_ctx, inference_graph
-from ._options import ConvertOptions, options_from
+from ._options import ConvertOptions, option_keywords, options_from
 from ._probe import layer_sensitivity, probe_layers, underflow_layers, underflow_note
 from ._validation import Runner, batch_types, largest_error, run_batches, split_batches
 
@@ -99,16 +99,13 @@ def _rank(names, peaks, scores):
     return [names[k] for k in order]
 
 
+@option_keywords
 def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
                        aux_params: Dict[str, mx.nd.NDArray],
-                       inputs: Any, tolerance: float = 1e-2, exclude_layers: Sequence[str] = (),
-                       exclude_ops: Sequence[str] = (), keep_io_types: bool = True,
-                       cast_optional_params: bool = True, batch_size: int = 8,
+                       inputs: Any, tolerance: float = 1e-2, *, batch_size: int = 8,
                        ctx: Optional[mx.Context] = None, progress: bool = True,
-                       keep_detection_float32: bool = True, rule: str = "auto",
-                       options: Optional[ConvertOptions] = None, *, target_dtype: str = "float16",
-                       searched_layers: Sequence[str] = (),
-                       fold_batchnorm: Optional[bool] = None) -> SearchResult:
+                       rule: str = "auto", options: Optional[ConvertOptions] = None,
+                       **fields: Any) -> SearchResult:
     """Find a small set of layers to keep in float32 so the outputs meet a tolerance.
 
     Like onnxconverter-common's ``auto_convert_mixed_precision``, but faster than trying
@@ -135,15 +132,6 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     tolerance : float, default 1e-2
         Largest acceptable error under ``rule`` (for most models the relative error
         ``max|y16 - y32| / max|y32|``); outputs must also be finite.
-    exclude_layers, exclude_ops, keep_io_types, cast_optional_params, keep_detection_float32
-        As in :func:`convert`; the user's exclusions are always kept.
-    target_dtype : {'float16'}, default 'float16'
-        As in :func:`convert`; the search is for float16 only.
-    searched_layers : sequence of str
-        Layers found by an earlier search: kept float32 in every evaluation, and in the result
-        with the layers found now.
-    fold_batchnorm : bool, optional
-        As in :func:`convert`.
     batch_size : int, default 8
         Batch size when ``inputs`` is one array.
     ctx : mxnet.Context, optional
@@ -153,8 +141,12 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     rule : {'auto', 'relative', 'detections'}, default 'auto'
         How outputs are compared, as in :func:`validate`.
     options : ConvertOptions, optional
-        The conversion options in one object instead of their keywords (not both); its
-        ``target_dtype`` must be float16, and the search sets ``searched_layers``.
+        The conversion options in one object, as in :func:`convert`: the user's exclusions
+        are always kept, ``target_dtype`` must be float16 (the search is for float16 only),
+        and the layers of ``searched_layers`` (found by an earlier search) are kept float32
+        in every evaluation, and in the result with the layers found now. Or else:
+    **fields
+        Each field of :class:`ConvertOptions` as a keyword; not with ``options``.
 
     Returns
     -------
@@ -173,30 +165,19 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 
     Examples
     --------
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> from sklearn.datasets import load_digits
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     >>> result = symbolic.search_fp32_layers(sym, args, auxs, load_digits().data[:32] / 16,
     ...                                      tolerance=0.01, progress=False)
     >>> result.layers                          # nothing needs to stay float32 here
     []
     """
-    options = options_from(options, target_dtype=target_dtype, exclude_layers=exclude_layers,
-                           exclude_ops=exclude_ops, keep_io_types=keep_io_types,
-                           cast_optional_params=cast_optional_params,
-                           searched_layers=searched_layers,
-                           keep_detection_float32=keep_detection_float32,
-                           fold_batchnorm=fold_batchnorm)
+    options = options_from(options, **fields)
     if options.target_dtype != "float16":
         raise ConversionError("search_fp32_layers searches float16 layers only, not %s: use "
                               "exclude_layers / exclude_ops" % options.target_dtype)

@@ -361,18 +361,12 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
     --------
     Compare the float16 model with the float32 one on the digits:
 
-    >>> import os, tempfile
+    >>> import tempfile
     >>> import mxnet as mx
-    >>> from mxnet import gluon
+    >>> from mxmixed.tutorial import exported_digits_mlp
     >>> from sklearn.datasets import load_digits
     >>> from mxmixed import symbolic
-    >>> net = gluon.nn.HybridSequential()
-    >>> net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    >>> net.initialize()
-    >>> net.hybridize()
-    >>> _ = net(mx.nd.ones((1, 64)))
-    >>> prefix = os.path.join(tempfile.mkdtemp(), "digits")
-    >>> net.export(prefix)
+    >>> prefix = exported_digits_mlp(tempfile.mkdtemp())  # a float32 checkpoint
     >>> fp32 = mx.model.load_checkpoint(prefix, 0)
     >>> fp16 = symbolic.convert(*fp32)
     >>> report = symbolic.validate(fp32, fp16, load_digits().data[:64] / 16, progress=False)

@@ -29,8 +29,10 @@ from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
 from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
 from .._core.state import amp_initialized, gpu_visible
+from ._unlisted import unlisted_ops
 from ..scaler import LossScaler
 
+# unlisted_ops, imported above, is for symbolic's conversion, not for users
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
            "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
 

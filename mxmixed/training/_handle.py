@@ -34,7 +34,7 @@ from mxnet.contrib.amp.loss_scaler import LossScaler as MXNetLossScaler
 
 from .._core.finite import nonfinite_gradients, param_grads
 from .._core.state import AMP
-from ..emulation._overflow import all_finite
+from ..emulation import all_finite
 from ..scaler import LossScaleError
 
 __all__ = ["ATTRIBUTE", "TrainerHandle", "handle_of", "attach", "follow_linked_scaler",

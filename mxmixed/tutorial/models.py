@@ -3,10 +3,12 @@
 Channel and hidden sizes are multiples of 8, the Tensor Core rule. It has no random
 layers (no Dropout), so a resumed run can be bit-identical to an uninterrupted one.
 """
+import os
+
 import mxnet as mx
 from mxnet.gluon import nn
 
-__all__ = ["DigitsCNN", "digits_cnn"]
+__all__ = ["DigitsCNN", "digits_cnn", "exported_digits_mlp"]
 
 
 class DigitsCNN(nn.HybridBlock):
@@ -72,3 +74,38 @@ def digits_cnn(seed=None, ctx=None, **kwargs):
     net = DigitsCNN(**kwargs)
     net.initialize(mx.init.Xavier(magnitude=2.0), ctx=ctx or mx.cpu())
     return net
+
+
+def exported_digits_mlp(folder, hidden=32):
+    """A float32 Symbol checkpoint to convert: a small MLP for the 8x8 digits, exported.
+
+    The stand-in for a trained model in the examples of :mod:`mxmixed.symbolic`: 64 inputs,
+    ``hidden`` relu units and 10 outputs, initialized (not trained), hybridized, run once and
+    exported as ``digits-symbol.json`` and ``digits-0000.params`` in ``folder``.
+
+    Parameters
+    ----------
+    folder : str
+    hidden : int, default 32
+
+    Returns
+    -------
+    str
+        The checkpoint's prefix, ``folder/digits``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> prefix = exported_digits_mlp(folder)
+    >>> sorted(os.listdir(folder))
+    ['digits-0000.params', 'digits-symbol.json']
+    """
+    net = nn.HybridSequential()
+    net.add(nn.Dense(hidden, activation="relu"), nn.Dense(10))
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.ones((1, 64)))
+    prefix = os.path.join(folder, "digits")
+    net.export(prefix)
+    return prefix

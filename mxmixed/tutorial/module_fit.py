@@ -11,7 +11,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from ..checkpoint._legacy import unpickle
+from ..checkpoint import unpickle
 
 __all__ = ["digits_iter", "fit_module", "module_accuracy", "module_optimizer_states"]
 

@@ -18,7 +18,7 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from .text.corpus import stdlib_docstrings, tokenize
-from .text.vocab import Vocabulary, _check_int
+from .text.vocab import Vocabulary, check_int
 
 __all__ = ["TransformerEncoderLayer", "TransformerClassifier", "transformer_classifier",
            "module_windows"]
@@ -46,7 +46,7 @@ class TransformerEncoderLayer(nn.HybridBlock):
         super().__init__(**kwargs)
         for name, value in (("units", units), ("hidden_size", hidden_size),
                             ("num_heads", num_heads)):
-            _check_int(name, value, 1)
+            check_int(name, value, 1)
         if units % num_heads:
             raise ValueError("units (%d) must be a multiple of num_heads (%d)"
                              % (units, num_heads))
@@ -93,7 +93,7 @@ class TransformerClassifier(nn.HybridBlock):
         super().__init__(**kwargs)
         for name, value in (("vocab_size", vocab_size), ("seq_len", seq_len),
                             ("num_classes", num_classes), ("num_layers", num_layers)):
-            _check_int(name, value, 1)
+            check_int(name, value, 1)
         self.seq_len = seq_len
         with self.name_scope():
             self.embedding = nn.Embedding(vocab_size, units, prefix="embedding_")
@@ -175,7 +175,7 @@ def module_windows(modules, vocab, seq_len=16, test_fraction=0.2):
                          % (modules,))
     if not isinstance(vocab, Vocabulary):
         raise TypeError("vocab must be a Vocabulary, got %s" % type(vocab).__name__)
-    _check_int("seq_len", seq_len, 1)
+    check_int("seq_len", seq_len, 1)
     if not (isinstance(test_fraction, float) and 0.0 < test_fraction < 1.0):
         raise ValueError("test_fraction must lie in (0, 1), got %r" % (test_fraction,))
     parts = ([], [], [], [])

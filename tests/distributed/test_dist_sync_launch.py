@@ -28,7 +28,7 @@ from mxnet import gluon
 
 import mxmixed
 from mxmixed import distributed
-from mxmixed.cli import _launch as launch
+from mxmixed import launch
 from mxmixed.tutorial import local_job
 from mxmixed.tutorial.local_job import DistributedRunError, run_local
 from mxmixed.tutorial import digits_cnn
@@ -240,11 +240,11 @@ def test_two_local_jobs_started_together_both_finish():
 @pytest.mark.slow
 def test_launch_entry_point_aliases_isAlive_and_keeps_mxnets_launcher():
     assert not hasattr(threading.Thread, "isAlive") or sys.version_info < (3, 9)
-    proc = run_python("import sys; from mxmixed.cli import _launch as launch; "
+    proc = run_python("import sys; from mxmixed import launch; "
                       "sys.argv = ['x', '--help']; launch.main()")
     assert proc.returncode == 0, proc.stderr
     assert "Launch a distributed job" in proc.stdout and "--launcher" in proc.stdout
-    proc = run_python("import threading; from mxmixed.cli import _launch as launch; "
+    proc = run_python("import threading; from mxmixed import launch; "
                       "launch._alias_is_alive(); "
                       "assert threading.Thread.isAlive is threading.Thread.is_alive")
     assert proc.returncode == 0, proc.stderr

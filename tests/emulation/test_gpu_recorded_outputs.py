@@ -5,7 +5,7 @@ them (``benchmarks/gpu_fidelity.py``'s GPU half, composing MXNet 1.9.1's GPU ker
 PyTorch; ``tests/data/make_gpu_outputs.py`` kept them). The floors below are what the emulation
 measured against that GPU, with room for another CPU's float32 GEMM order. LayerNorm has no
 GEMM and is held bit for bit; softmax's float32 sums run in another order than PyTorch's on the
-GPU (docs/emulation.md, "Compared with a GPU").
+GPU (docs/emulation-reference.md, "Compared with a GPU").
 """
 import json
 import os

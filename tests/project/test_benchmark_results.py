@@ -200,7 +200,6 @@ def _readme(c):
     ssd = lambda w, fig="emulated AMP step / float32": _fig(c, "ssd_step", w, fig)  # noqa: E731
     conv = _fig(c, "convert", "resnet50_v1", "float16 params")
     mem = lambda fig: _fig(c, "memory", "resnet50_v1, batch 32, 3x224x224", fig)  # noqa: E731
-    share = _fig(c, "ssd_step", "SSD mobilenet0.25", "share").get("value").split(" / ")
     bf = lambda w, fig: _fig(c, "bfloat16", w, fig)  # noqa: E731
     bert = lambda w: _fig(c, "bert_step", "gluonnlp BERTClassifier, " + w)  # noqa: E731
     return [
@@ -224,18 +223,6 @@ def _readme(c):
         ("The SSD step (", "**%.2fx** a float32 step with oneDNN on (spread %.2f-%.2f)" % (
             ssd("SSD mobilenet0.25 (oneDNN on)")["value"],
             *ssd("SSD mobilenet0.25 (oneDNN on)")["spread"])),
-        ("The SSD step (", "**%.2fx** with `MXMIXED_EMULATION_KEEP_LAYOUTS=0` "
-                           "(%.2f-%.2f)" % (
-            ssd("SSD mobilenet0.25 (oneDNN on, KEEP_LAYOUTS=0)")["value"],
-            *ssd("SSD mobilenet0.25 (oneDNN on, KEEP_LAYOUTS=0)")["spread"])),
-        ("The SSD step (", "**%.2fx** with `MXNET_MKLDNN_ENABLED=0` (%.2f-%.2f)" % (
-            ssd("SSD mobilenet0.25 (oneDNN off)")["value"],
-            *ssd("SSD mobilenet0.25 (oneDNN off)")["spread"])),
-        ("The SSD step (", "(`multi_all_finite`) it costs " + _ratio(
-            ssd("SSD mobilenet0.25 (MXNet's multi_all_finite)"))),
-        ("The SSD step (", "(%.2fx of the step with MXNet's check)" % ssd(
-            "SSD mobilenet0.25 (oneDNN on, one process)", "emulated AMP step, the")["value"]),
-        ("The SSD step (", "check takes %s of the operator time and the casts %s" % tuple(share)),
         ("The BERT step (", "**%.2fx** a float32 step at 2 layers x 128 units (%.2f-%.2f)" % (
             bert("2x128, seq 64, batch 16")["value"], *bert("2x128, seq 64, batch 16")["spread"])),
         ("The BERT step (", "**%.2fx** at 4 layers x 512 units, sequence 128 (%.2f-%.2f)" % (

@@ -138,7 +138,60 @@ def test_no_state_is_kept_in_mxmixed_attributes_of_other_objects():
         "keep such state in an object of its owning module (e.g. symbolic._inference.block_facts)")
 
 
+def _is_boolean_word(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+        node.value.strip().lower() in ("true", "false")
+
+
+def _compares_a_boolean_word(node):
+    """A comparison with ``"true"``/``"false"`` (any case), or a tuple, list or set of them:
+    an MXNet boolean parsed by hand."""
+    if isinstance(node, ast.Compare):
+        operands = [node.left] + node.comparators
+        return any(_is_boolean_word(n) or (isinstance(n, (ast.Tuple, ast.List, ast.Set))
+                                           and any(map(_is_boolean_word, n.elts)))
+                   for n in operands)
+    return (isinstance(node, (ast.Tuple, ast.List, ast.Set))
+            and any(map(_is_boolean_word, node.elts))
+            and not isinstance(getattr(node, "parent", None), ast.Compare))
+
+
+def _reads_an_mxnet_variable(node):
+    """``os.environ.get("MXNET_...")``, ``os.getenv("MXNET_...")`` or ``os.environ["MXNET_..."]``
+    read (not written)."""
+    def mxnet_name(n):
+        return isinstance(n, ast.Constant) and str(n.value).startswith("MXNET_")
+    if isinstance(node, ast.Call):
+        return (ast.unparse(node.func) in ("os.environ.get", "environ.get", "os.getenv", "getenv")
+                and bool(node.args) and mxnet_name(node.args[0]))
+    return (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+            and mxnet_name(node.slice) and ast.unparse(node.value).endswith("environ"))
+
+
+# Reads of the text itself, after _core/mxbool read the value
+QUOTES_AN_MXNET_VARIABLE = {
+    "mxmixed/emulation/__init__.py",  # quotes MXNET_FC_TRUE_FP16's text in its warning
+}
+# "True" written by Python, not by MXNet: the NumPy header of a samples file
+PYTHON_LITERALS = {"mxmixed/_files/npz.py"}
+
+
+def test_mxnet_booleans_are_read_only_in_core_mxbool():
+    assert _where(_compares_a_boolean_word, {"mxmixed/_core/mxbool.py"} | PYTHON_LITERALS) == [], (
+        "read an MXNet boolean attribute with mxmixed._core.mxbool.attr_bool (read_bool, "
+        "read_optional_bool)")
+    assert _where(_reads_an_mxnet_variable,
+                  {"mxmixed/_core/mxbool.py"} | QUOTES_AN_MXNET_VARIABLE) == [], (
+        "read an MXNet environment variable with mxmixed._core.mxbool.env_bool")
+
+
 @pytest.mark.parametrize("source, predicate", [
+    ("x = value.lower() in ('true', '1')\n", _compares_a_boolean_word),
+    ("TRUE = ('True', 'true', '1')\n", _compares_a_boolean_word),
+    ("x = attrs.get('no_bias') == 'False'\n", _compares_a_boolean_word),
+    ("x = os.environ.get('MXNET_SAFE_ACCUMULATION', '0')\n", _reads_an_mxnet_variable),
+    ("x = os.getenv('MXNET_FC_TRUE_FP16')\n", _reads_an_mxnet_variable),
+    ("x = os.environ['MXNET_ELIMINATE_COMMON_EXPR']\n", _reads_an_mxnet_variable),
     ("x = y > 65504.0\n", _is_float16_range_number),
     ("tiny = 2.0 ** -14\n", _is_float16_range_number),
 ])
@@ -148,3 +201,13 @@ def test_a_float16_range_number_is_found_however_it_is_written(source, predicate
         for child in ast.iter_child_nodes(node):
             child.parent = node
     assert sum(map(predicate, ast.walk(tree))) == 1
+
+
+@pytest.mark.parametrize("source, predicate", [
+    ("os.environ['MXNET_SUBGRAPH_VERBOSE'] = '0'\n", _reads_an_mxnet_variable),
+    ("node['attrs'] = dict(attrs, no_bias='True')\n", _compares_a_boolean_word),
+    ("x = {'reverse': 'True'}\n", _compares_a_boolean_word),
+])
+def test_writing_an_mxnet_boolean_is_not_reading_one(source, predicate):
+    tree = ast.parse(source)
+    assert not any(map(predicate, ast.walk(tree)))

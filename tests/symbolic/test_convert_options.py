@@ -15,7 +15,7 @@ from mxmixed.symbolic import ConversionError, ConvertOptions
 from mxmixed._core.graph import Graph
 
 # The ConvertOptions fields that `mxmixed convert` has no flag for, each with why. A new field
-# needs a flag in mxmixed/cli/_convert.py's OPTION_FLAGS, or its place here.
+# needs a row in mxmixed/cli/_convert.py's OPTION_FLAGS, or its place here.
 NOT_ON_THE_CLI = {
     "searched_layers",         # set by --search-tolerance's own search, not by hand
     "keep_detection_float32",  # the CLI keeps detection ops float32, the default
@@ -79,7 +79,8 @@ def test_options_are_frozen():
 
 def test_every_field_has_a_cli_flag_or_is_listed_as_not_offered():
     fields = {f.name for f in dataclasses.fields(ConvertOptions)}
-    flags = cli_convert.OPTION_FLAGS
+    flags = {option.field: option.flag for option in cli_convert.OPTION_FLAGS}
+    assert len(flags) == len(cli_convert.OPTION_FLAGS)
     assert set(flags) | NOT_ON_THE_CLI == fields, (
         "give each ConvertOptions field a flag in mxmixed/cli/_convert.py's OPTION_FLAGS, or "
         "list it in NOT_ON_THE_CLI with why")
@@ -89,10 +90,10 @@ def test_every_field_has_a_cli_flag_or_is_listed_as_not_offered():
     from mxmixed.cli import build_parser
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     offered = commands.choices["convert"]._option_string_actions
-    for field, (flag, value) in flags.items():
+    for field, flag in flags.items():
         assert flag in offered, (field, flag)
     args = commands.choices["convert"].parse_args(["p", "0", "--out", "o"])
-    assert cli_convert.convert_options(symbolic, args) == ConvertOptions()
+    assert cli_convert.convert_options(args) == ConvertOptions()
 
 
 # The public functions that take the conversion options as keywords as well as options=, each
@@ -121,6 +122,42 @@ def test_every_option_is_a_keyword_with_the_options_default(function):
     for field in dataclasses.fields(ConvertOptions):
         assert field.name in parameters, "%s lacks the keyword %s" % (function, field.name)
         assert parameters[field.name].default == field.default, (function, field.name)
+        assert parameters[field.name].kind is inspect.Parameter.KEYWORD_ONLY, (function, field.name)
+
+
+@pytest.mark.parametrize("function", sorted(MIRRORS))
+def test_the_option_keywords_close_each_signature_in_the_fields_order(function):
+    names = list(inspect.signature(getattr(symbolic, function)).parameters)
+    fields = [f.name for f in dataclasses.fields(ConvertOptions)]
+    assert names[-len(fields) - 1:] == ["options"] + fields
+
+
+def test_a_keyword_that_is_no_option_is_refused_by_name():
+    sym, args, auxs = _model()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'exclude_layer'"):
+        symbolic.convert(sym, args, auxs, exclude_layer=["net_dense0_fwd"])
+
+
+def test_an_option_passed_by_position_is_refused():
+    sym, args, auxs = _model()
+    with pytest.raises(TypeError, match="positional argument"):
+        symbolic.convert(sym, args, auxs, "bfloat16")
+
+
+def test_the_cli_names_the_flag_of_a_ruled_out_option_as_the_options_name_the_field():
+    import argparse
+
+    from mxmixed.cli import build_parser
+    from mxmixed.cli._preflight import CLIError
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    args = commands.choices["convert"].parse_args(["p", "0", "--out", "o", "--dtype", "bfloat16",
+                                                   "--no-keep-io-types"])
+    with pytest.raises(CLIError) as by_flag:
+        cli_convert.convert_options(args)
+    with pytest.raises(ConversionError) as by_keyword:
+        ConvertOptions(target_dtype="bfloat16", keep_io_types=False)
+    assert str(by_flag.value) == str(by_keyword.value).replace("keep_io_types=False",
+                                                               "--no-keep-io-types")
 
 
 @pytest.mark.parametrize("function", sorted(MIRRORS))

@@ -1,7 +1,7 @@
 """Token streams laid out for truncated back-propagation through time (BPTT)."""
 import numpy as np
 
-from .vocab import _check_int
+from .vocab import check_int
 
 __all__ = ["batchify", "BPTTBatches"]
 
@@ -21,7 +21,7 @@ def batchify(indices, batch_size):
         Column n holds the n-th contiguous slice of the stream, so that consecutive windows
         of rows continue each other (what truncated BPTT needs).
     """
-    _check_int("batch_size", batch_size, 1)
+    check_int("batch_size", batch_size, 1)
     data = np.asarray(indices)
     if data.ndim != 1:
         raise ValueError("indices must be 1-D, got shape %s" % (data.shape,))
@@ -58,7 +58,7 @@ class BPTTBatches:
     """
 
     def __init__(self, indices, batch_size, seq_len, drop_last=True):
-        _check_int("seq_len", seq_len, 1)
+        check_int("seq_len", seq_len, 1)
         self.data = batchify(indices, batch_size)
         self.batch_size, self.seq_len, self.drop_last = batch_size, seq_len, bool(drop_last)
         if drop_last and len(self) == 0:

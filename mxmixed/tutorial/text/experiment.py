@@ -17,7 +17,7 @@ from ...training import amp_scope, clip_global_norm, scale_loss, step
 from ..fit import experiment_scaler
 from .batches import BPTTBatches
 from .model import LSTMLanguageModel, TokenCrossEntropyLoss
-from .vocab import _check_int
+from .vocab import check_int
 
 __all__ = ["LM_MODES", "float16_activation_gradients", "train_language_model"]
 
@@ -188,9 +188,9 @@ def _check_lm_arguments(mode, batches, steps, measure_every, clip, scaler):
         raise ValueError("mode must be one of %s, got %r" % (LM_MODES, mode))
     if not isinstance(batches, BPTTBatches):
         raise TypeError("batches must be a BPTTBatches, got %s" % type(batches).__name__)
-    _check_int("steps", steps, 1)
+    check_int("steps", steps, 1)
     if measure_every is not None:
-        _check_int("measure_every", measure_every, 1)
+        check_int("measure_every", measure_every, 1)
     if clip is not None and not (isinstance(clip, (int, float)) and math.isfinite(clip)
                                  and clip > 0):
         raise ValueError("clip must be positive and finite, or None; got %r" % (clip,))

@@ -6,7 +6,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn, rnn
 
-from .vocab import _check_int
+from .vocab import check_int
 
 __all__ = ["TokenCrossEntropyLoss", "LSTMLanguageModel", "lstm_lm"]
 
@@ -56,7 +56,7 @@ class LSTMLanguageModel(nn.HybridBlock):
         super().__init__(**kwargs)
         for name, value in (("vocab_size", vocab_size), ("embed_size", embed_size),
                             ("hidden_size", hidden_size), ("num_layers", num_layers)):
-            _check_int(name, value, 1)
+            check_int(name, value, 1)
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError("dropout must lie in [0, 1), got %r" % (dropout,))
         self.vocab_size, self.embed_size = vocab_size, embed_size
@@ -83,7 +83,7 @@ class LSTMLanguageModel(nn.HybridBlock):
         -------
         list of NDArray
         """
-        _check_int("batch_size", batch_size, 1)
+        check_int("batch_size", batch_size, 1)
         return self.lstm.begin_state(batch_size, ctx=ctx or mx.cpu(), dtype=dtype)
 
     def _state_dtype(self):

@@ -43,10 +43,10 @@ class Vocabulary:
         if isinstance(tokens, str):
             raise TypeError("tokens must be a sequence of tokens, not a str; use "
                             "tokenize(text) first")
-        _check_int("min_count", min_count, 1)
-        _check_int("multiple_of", multiple_of, 1)
+        check_int("min_count", min_count, 1)
+        check_int("multiple_of", multiple_of, 1)
         if max_size is not None:
-            _check_int("max_size", max_size, 1)
+            check_int("max_size", max_size, 1)
         if not isinstance(unknown_token, str) or not unknown_token:
             raise ValueError("unknown_token must be a non-empty str, got %r" % (unknown_token,))
         reserved = list(reserved_tokens)
@@ -176,6 +176,6 @@ class Vocabulary:
         return vocab
 
 
-def _check_int(name, value, minimum):
+def check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
