@@ -8,6 +8,9 @@ CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler
 object (``mxmixed.training._handle``), stored under ``trainer._amp_loss_scaler``.
 
 :func:`init` and :func:`amp_scope` live in ``mxmixed.training._amp`` and are re-exported here.
+For mxmixed's own commands (``mxmixed run``), not in ``__all__``: ``ClipWatch`` (clipping of
+scaled gradients watched from outside a script), ``resolves`` (whether AMP can wrap an op) and
+``missing_kernel`` (the op MXNet's "Unknown type enum 12" is about).
 """
 import contextlib
 import math
@@ -22,10 +25,11 @@ from mxnet import autograd, gluon
 
 from .. import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
-from ._clipwatch import register_trainer, watch_helpers
+from ._clipwatch import ClipWatch, register_trainer, watch_helpers
 from .._core.finite import param_grads, sums_of_squares
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
+from ._unlisted import missing_kernel, resolves
 from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
 from .._core.state import amp_initialized, gpu_visible

@@ -5,7 +5,7 @@ import types
 
 from mxnet import gluon
 
-from mxmixed.cli._run import _closing_line
+from mxmixed.cli._run_precision import closing_line
 
 
 def test_a_float16_run_without_an_amp_scaler_says_no_amp_loss_scaler_was_seen():
@@ -16,7 +16,7 @@ def test_a_float16_run_without_an_amp_scaler_says_no_amp_loss_scaler_was_seen():
     summary = {"steps": 3, "amp_loss_scaler": False, "first_nonfinite": None,
                "median_iteration_s": None}
     recorder = types.SimpleNamespace(summary=lambda: summary, trainers=[trainer])
-    line = _closing_line(recorder, None, {"active": True})
+    line = closing_line(recorder, None, {"active": True})
     assert line == ("mxmixed run: 3 optimizer steps in float16 (emulated on the CPU: its numerics, "
                     "not its speed), no AMP loss scaler (a scale the script applies itself is not "
                     "seen)")

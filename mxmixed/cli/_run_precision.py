@@ -1,0 +1,191 @@
+"""The precision ``mxmixed run`` switches on around a script, and its closing line.
+
+The CPU float16 emulation in ``auto`` mode (:func:`emulation_for_run`); with ``--amp bfloat16``
+MXNet's bfloat16 AMP, with the ops of ``--fp32-op`` kept float32 (:func:`amp_context`,
+:func:`fp32_ops_problem`, :func:`fp32_list`) and the script's own ``amp.init`` calls named
+(:func:`script_amp_init_noted`); the watch on clipping by global norm of scaled gradients
+(:func:`clip_watch`); and the run's last line on stderr (:func:`closing_line`).
+"""
+import contextlib
+import sys
+
+from .._core.patches import Patches
+
+__all__ = ["emulation_for_run", "amp_context", "fp32_ops_problem", "fp32_list",
+           "missing_kernel_line", "script_amp_init_noted", "clip_watch", "closing_line"]
+
+
+@contextlib.contextmanager
+def emulation_for_run(requested):
+    """The emulation in ``auto`` mode while the script runs, if requested; yields the report's
+    ``emulation`` entry. It is switched off again only if this switched it on."""
+    from .. import emulation as emu
+
+    was_active = emu.emulation_active()
+    if requested:
+        emu.enable(mode="auto")
+    state = {"requested": bool(requested), "active": emu.emulation_active(),
+             "description": emu.describe()}
+    try:
+        yield state
+    finally:
+        if requested and not was_active and emu.emulation_active():
+            emu.disable()
+
+
+def amp_context(amp):
+    """The AMP the runner switches on for the script, or None; raises ValueError (one line)."""
+    if amp is None:
+        return None
+    if amp != "bfloat16":
+        raise ValueError("--amp takes bfloat16 only (float16 training needs the script's own "
+                         "loss scaling: use mxmixed.init_trainer / scale_loss in it)")
+    from .._core.state import bfloat16_support
+
+    runs, why = bfloat16_support()
+    if not runs:
+        raise ValueError("--amp bfloat16 cannot run here: %s" % why)
+    return amp
+
+
+def fp32_ops_problem(fp32_ops, target):
+    """Why ``--fp32-op`` cannot be used as given, or None."""
+    from mxnet.contrib import amp
+
+    from ..training import resolves
+
+    if target != "bfloat16":
+        return "--fp32-op needs --amp bfloat16 (float16 runs keep ops float32 by themselves)"
+    unknown = [op for op in fp32_ops if not resolves(op)]
+    if unknown:
+        return "--fp32-op %s: no such MXNet op (names as in mx.nd: im2col, _contrib_RROIAlign)" \
+            % unknown[0]
+    low = [op for op in fp32_ops if op in amp.lists.symbol_bf16.BF16_FUNCS]
+    if low:
+        return "--fp32-op %s: bfloat16 AMP casts it to bfloat16 whatever other lists say; " \
+            "run without --amp to keep it float32" % low[0]
+    return None
+
+
+def fp32_list(fp32_ops):
+    """AMP's bfloat16 float32 list with ``fp32_ops`` added; None (AMP's own) without them."""
+    from mxnet.contrib import amp
+
+    if not fp32_ops:
+        return None
+    ops = list(amp.lists.symbol_bf16.FP32_FUNCS)
+    return ops + [op for op in fp32_ops if op not in ops]
+
+
+def missing_kernel_line(exc):
+    """MXNet's error when bfloat16 reached an op without a CPU bfloat16 kernel, in one line
+    that names the kernel and the fix; None for any other error."""
+    from ..training import missing_kernel
+
+    found = missing_kernel(exc) if exc is not None else None
+    if found is None:
+        return None
+    source, op = found
+    return ("bfloat16 reached an op without a CPU bfloat16 kernel (MXNet's 'Unknown type enum "
+            "12'%s names no op): keep it float32 with --fp32-op %s, or run without --amp"
+            % (" in %s" % source if source else "", op or "OP"))
+
+
+@contextlib.contextmanager
+def script_amp_init_noted(target):
+    """While the script runs under ``--amp``, its own ``amp.init`` calls say so in one line.
+
+    MXNet's second ``amp.init`` is a silent no-op; here the script learns that its call is
+    ignored and that AMP runs in ``target``.
+    """
+    from mxnet.contrib import amp
+
+    original = amp.amp.init
+    said = []
+
+    def init(target_dtype="float16", *args, **kwargs):
+        if not said:
+            said.append(True)
+            print("mxmixed run: the script calls amp.init(target_dtype=%r) but --amp %s "
+                  "switched AMP on already; its call is ignored (run without --amp to let the "
+                  "script choose)" % (str(target_dtype), target), file=sys.stderr)
+
+    init.__doc__ = original.__doc__
+    patches = Patches("mxmixed run's amp.init note")
+    try:
+        patches.patch(amp, "init", init)
+        patches.patch(amp.amp, "init", init)
+        yield
+    finally:
+        patches.undo()
+
+
+@contextlib.contextmanager
+def clip_watch(script, unscale, recorder):
+    """Clipping of scaled gradients named (one line) or fixed, while the script runs."""
+    from ..training import ClipWatch
+
+    def say(record, text):
+        print("mxmixed run: %s%s" % ("" if unscale else "warning: ", text), file=sys.stderr)
+
+    step = (lambda: len(recorder.steps) + 1) if recorder is not None else None
+    patches = Patches("mxmixed run's clipping watch")
+    watch = ClipWatch(unscale=unscale, script=script, say=say, step=step)
+    try:
+        yield watch.install(patches)
+    finally:
+        patches.undo()
+        watch.uninstall()
+
+
+def _step_line(summary, amp):
+    from .._core.state import bfloat16_native
+
+    median = summary["median_iteration_s"]
+    if median is None:
+        return "mxmixed run: %d optimizer step(s), too few to time (%s)" % (
+            summary["steps"], amp or "float32")
+    if amp:
+        how = "bfloat16 AMP, %s" % ("native %s" % bfloat16_native() if bfloat16_native()
+                                     else "emulated by oneDNN: slower than float32")
+    else:
+        how = "as the script runs it"
+    return "mxmixed run: %d optimizer steps, median step %.4f s (%s)" % (
+        summary["steps"], median, how)
+
+
+def closing_line(recorder, amp, state):
+    """The run's last line: bfloat16 AMP's step time, or what float16 did to the optimizer
+    steps of a script that trained in float16 under the emulation; None for any other run."""
+    if recorder is None:
+        return None
+    summary = recorder.summary()
+    if amp:
+        return _step_line(summary, amp)
+    if not (state["active"] and summary["steps"]) or not (
+            summary["amp_loss_scaler"] or any(_float16_params(t) for t in recorder.trainers)):
+        return None
+    line = "mxmixed run: %d optimizer steps in float16 (emulated on the CPU: its numerics, " \
+        "not its speed)" % summary["steps"]
+    if summary["amp_loss_scaler"]:
+        line += ", %d skipped on overflow, loss scale %g -> %g" % (
+            summary["skipped"], summary["loss_scale_first"], summary["loss_scale_last"])
+    else:
+        line += ", no AMP loss scaler (a scale the script applies itself is not seen)"
+    found = summary["first_nonfinite"]
+    if found:
+        line += ", first non-finite gradient at step %d (%s)" % (found["step"], found["layer"])
+    median = summary["median_iteration_s"]
+    return line + (", median step %.4f s" % median if median is not None else "")
+
+
+def _float16_params(trainer):
+    """Whether a Trainer (or a Module) updates float16 parameters."""
+    import numpy as np
+
+    params = getattr(trainer, "_params", None)
+    if params is not None:
+        return any(np.dtype(p.dtype) == np.float16 for p in params)
+    group = getattr(trainer, "_exec_group", None)
+    return group is not None and any(arrays and np.dtype(arrays[0].dtype) == np.float16
+                                     for arrays in group.param_arrays)
