@@ -163,7 +163,7 @@ def closing_line(recorder, amp, state):
     if amp:
         return _step_line(summary, amp)
     if not (state["active"] and summary["steps"]) or not (
-            summary["amp_loss_scaler"] or any(_float16_params(t) for t in recorder.trainers)):
+            summary["amp_loss_scaler"] or recorder.updates_float16()):
         return None
     line = "mxmixed run: %d optimizer steps in float16 (emulated on the CPU: its numerics, " \
         "not its speed)" % summary["steps"]
@@ -178,14 +178,3 @@ def closing_line(recorder, amp, state):
     median = summary["median_iteration_s"]
     return line + (", median step %.4f s" % median if median is not None else "")
 
-
-def _float16_params(trainer):
-    """Whether a Trainer (or a Module) updates float16 parameters."""
-    import numpy as np
-
-    params = getattr(trainer, "_params", None)
-    if params is not None:
-        return any(np.dtype(p.dtype) == np.float16 for p in params)
-    group = getattr(trainer, "_exec_group", None)
-    return group is not None and any(arrays and np.dtype(arrays[0].dtype) == np.float16
-                                     for arrays in group.param_arrays)

@@ -18,8 +18,31 @@ __all__ = ["report_problem", "report_of_rank", "start_report", "finish_report"]
 
 
 def _write_json(path, payload):
-    """Write ``payload`` as JSON atomically."""
-    atomic_write(os.path.abspath(path), json.dumps(payload, indent=2, default=str) + "\n")
+    """Write ``payload`` (a dict) as JSON atomically, streamed into the file: its ``steps`` (a
+    sequence of flat records, a ``StepLog``) one record a line, made as it is written, so that
+    a long run's report never sits whole in memory, as text or as records."""
+    def fill(tmp):
+        with open(tmp, "w", encoding="utf-8") as handle:
+            _dump(payload, handle)
+
+    atomic_write(os.path.abspath(path), fill)
+
+
+def _dump(payload, handle):
+    encode = json.JSONEncoder(indent=2, default=str).encode
+    handle.write("{")
+    for n, (key, value) in enumerate(payload.items()):
+        handle.write("%s\n  %s: " % ("," if n else "", json.dumps(str(key))))
+        if key != "steps" or isinstance(value, (str, dict)):
+            handle.write(encode(value).replace("\n", "\n  "))
+            continue
+        handle.write("[")
+        count = 0
+        for count, record in enumerate(value, 1):
+            handle.write("%s\n    %s" % ("," if count > 1 else "",
+                                         json.dumps(record, default=str)))
+        handle.write("\n  ]" if count else "]")
+    handle.write("\n}\n")
 
 
 def report_write_error(report, err):
@@ -92,14 +115,14 @@ def finish_report(report, final, state, recorder):
 
 
 def _draw_report(report, data):
-    """Draw the report's picture beside it (``R.png``), from the report as written (its JSON
-    read back); any failure is one line on stderr."""
+    """Draw the report's picture beside it (``R.png``; see ``run_picture_path``) from the
+    report's numbers; any failure is one line on stderr."""
     from ..diagnostics.plots import plot_run, run_picture_path
 
     picture = run_picture_path(report)
     try:
         buffer = io.BytesIO()
-        plot_run(json.loads(json.dumps(data, default=str))).savefig(buffer, format="png", dpi=100)
+        plot_run(data).savefig(buffer, format="png", dpi=100)
         atomic_write(picture, buffer.getvalue())
     except Exception as err:  # noqa: BLE001 - a picture never changes the script's exit status
         reason = err.strerror if isinstance(err, OSError) and err.strerror else err

@@ -5,6 +5,7 @@ Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never thr
 ``pyplot``: nothing is shown, no global figure is left behind, and it works on a headless
 machine. A notebook displays the returned Figure; ``fig.savefig(path)`` writes it.
 """
+import array
 import math
 import os
 import textwrap
@@ -118,28 +119,42 @@ def _short(text, width=70):
 
 
 def _scale_lines(steps):
-    """{trainer: ([step], [loss scale])} for the steps whose trainer had an AMP loss scaler."""
-    lines = {}
+    """({trainer: (steps, loss scales)}, (skipped steps, their scales)) for the steps whose
+    trainer had an AMP loss scaler, as arrays of numbers.
+
+    Of each run of steps with one scale only its first and last are kept: a step line drawn
+    through them is the one drawn through every step (the scale changes only between runs),
+    and a run of 400,000 steps does not become 400,000 points.
+    """
+    lines, skipped = {}, (array.array("d"), array.array("d"))
     for s in steps:
-        if s.get("loss_scale") is not None:
-            xs, ys = lines.setdefault(s.get("trainer", 0), ([], []))
+        scale = s.get("loss_scale")
+        if scale is None:
+            continue
+        xs, ys, tail = lines.setdefault(s.get("trainer", 0), (array.array("d"),
+                                                               array.array("d"), [False]))
+        if tail[0] and ys[-1] == scale:
+            xs[-1] = s["step"]  # the run goes on: its last point moves
+        else:
+            tail[0] = len(ys) > 0 and ys[-1] == scale  # the new point ends a run of two
             xs.append(s["step"])
-            ys.append(s["loss_scale"])
-    return lines
+            ys.append(scale)
+        if s.get("skipped"):
+            skipped[0].append(s["step"])
+            skipped[1].append(scale)
+    return {k: (xs, ys) for k, (xs, ys, _) in lines.items()}, skipped
 
 
 def _draw_scales(ax, steps):
     """The loss scale per step (log2 axis) and the skipped steps."""
-    lines = _scale_lines(steps)
-    by_step = {}
+    lines, skipped = _scale_lines(steps)
     for trainer, (xs, ys) in sorted(lines.items()):
         label = "loss scale" + (" (trainer %d)" % trainer if len(lines) > 1 else "")
-        ax.step(xs, ys, where="mid", lw=1.6, label=label, gid="loss_scale")
-        by_step.update(zip(xs, ys))
-    skipped = [s["step"] for s in steps if s.get("skipped")]
-    if skipped:
-        ax.plot(skipped, [by_step[n] for n in skipped], "x", color="#d62728", ms=8, mew=2,
-                ls="none", label="skipped step (inf/NaN)", gid="skipped")
+        ax.step(np.frombuffer(xs), np.frombuffer(ys), where="mid", lw=1.6, label=label,
+                gid="loss_scale")
+    if len(skipped[0]):
+        ax.plot(np.frombuffer(skipped[0]), np.frombuffer(skipped[1]), "x", color="#d62728",
+                ms=8, mew=2, ls="none", label="skipped step (inf/NaN)", gid="skipped")
     if lines:
         ax.set_yscale("log", base=2)
         ax.set_ylabel("loss scale (log2 axis)")
@@ -222,5 +237,9 @@ def plot_run(report: Mapping[str, Any],
 
 
 def run_picture_path(report_path: str) -> str:
-    """Where ``mxmixed run --report R.json`` draws its picture: ``R.png`` beside the report."""
-    return os.path.splitext(report_path)[0] + ".png"
+    """Where ``mxmixed run --report`` draws its picture, beside the report: ``R.png`` for
+    ``R.json``, ``NAME.png`` for any other ``NAME`` (``r`` -> ``r.png``, ``r.rank1`` ->
+    ``r.rank1.png``, ``r.png`` -> ``r.png.png``), so that a picture never takes the name of
+    its report, nor of another report or picture of the run's ranks."""
+    stem, ext = os.path.splitext(report_path)
+    return (stem if ext.lower() == ".json" else report_path) + ".png"
