@@ -134,3 +134,30 @@ def test_a_long_run_draws_each_run_of_one_loss_scale_as_two_points():
     assert drawn_scale_at_each_step(line, steps) == scales
     marks, = _gid(ax, "skipped")
     assert (list(marks.get_xdata()), list(marks.get_ydata())) == ([6], [32768.0])
+
+
+def test_a_report_named_like_a_picture_keeps_its_json_and_gets_its_own_picture(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("x = 1\n")
+    assert run_script(str(script), [], report=str(tmp_path / "r.png")) == 0
+    assert json.loads((tmp_path / "r.png").read_text())["status"] == "finished"
+    assert (tmp_path / "r.png.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("name", ["r", "r.json", "r.png", "r.txt"])
+def test_every_rank_writes_a_report_and_a_picture_of_its_own(tmp_path, monkeypatch, name):
+    script = tmp_path / "script.py"
+    script.write_text("import os\nprint(os.environ['HOROVOD_RANK'])\n")
+    written = {}
+    for rank in range(3):
+        monkeypatch.setenv("HOROVOD_RANK", str(rank))
+        monkeypatch.setenv("HOROVOD_SIZE", "3")
+        before = set(os.listdir(str(tmp_path)))
+        assert run_script(str(script), [], report=str(tmp_path / name)) == 0
+        written[rank] = set(os.listdir(str(tmp_path))) - before
+    # each rank adds two new files: nothing of another rank is written over
+    assert all(len(files) == 2 for files in written.values()), written
+    for rank, files in written.items():
+        picture, = [f for f in files if open(str(tmp_path / f), "rb").read(8) == PNG_SIGNATURE]
+        report, = files - {picture}
+        assert json.loads((tmp_path / report).read_text())["pid"] == os.getpid()
