@@ -29,7 +29,7 @@ from ._run_precision import (amp_context, clip_watch, closing_line, emulation_fo
                              fp32_list, fp32_ops_problem, missing_kernel_line,
                              script_amp_init_noted)
 from ._run_report import (finish_report, report_of_rank, report_problem, report_write_error,
-                          start_report)
+                          start_report, write_short_report)
 from ._run_script import (ScriptTerminated, StdlibKept, as_main, error_line,
                           print_script_traceback, run_main, say, streams_kept)
 
@@ -160,8 +160,8 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
                 restore()
                 outcome["scaled_clipping"] = watch.records()
         except Exception as err:  # noqa: BLE001 - undoing the hooks failed: the script broke them
-            if outcome is None:
-                raise
+            if outcome is None:  # setting the run up failed: the script never ran
+                return _not_started(report, header, err)
             say("mxmixed run: warning: undoing the run's hooks after the script failed: %s"
                 % error_line(err))
         _after_script(script, report, amp, header, outcome, raised, state, recorder)
@@ -189,6 +189,16 @@ def _after_script(script, report, amp, header, outcome, raised, state, recorder)
         say("mxmixed run: the script was interrupted (%s), exit %d%s"
             % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
                outcome["exit_code"], "; the report says so: %s" % report if report else ""))
+
+
+def _not_started(report, header, err):
+    """One line for a run whose set-up failed before the script started, and its report
+    closed with ``status`` ``not started``; exit 2."""
+    line = "the run could not be set up, and the script did not start: %s" % error_line(err)
+    say("mxmixed run: error: %s" % line)
+    if report:
+        write_short_report(report, dict(header, status="not started", exit_code=2, error=line))
+    return 2
 
 
 def _refusal(script, report, amp, fp32_ops=None):

@@ -14,7 +14,8 @@ import secrets
 from .._files.atomic import atomic_write, special_file
 from ._run_script import error_line, safe_str, say
 
-__all__ = ["report_problem", "report_of_rank", "start_report", "finish_report"]
+__all__ = ["report_problem", "report_of_rank", "start_report", "finish_report",
+           "write_short_report"]
 
 
 def _write_json(path, payload):
@@ -112,6 +113,14 @@ def finish_report(report, final, state, recorder):
                                               % (error_line(why),)))
     except Exception:  # noqa: BLE001 - said once, in the error line above
         pass
+
+
+def write_short_report(report, payload):
+    """Write ``payload``, a report without steps; a failure is one line on stderr."""
+    try:
+        _write_json(report, payload)
+    except Exception as err:  # noqa: BLE001 - a full disk: said in one line
+        report_write_error(report, err)
 
 
 def _draw_report(report, data):
