@@ -30,6 +30,8 @@ from ._run_precision import (amp_context, clip_watch, closing_line, emulation_fo
                              script_amp_init_noted)
 from ._run_report import (finish_report, report_of_rank, report_problem, report_write_error,
                           start_report, write_short_report)
+from ._run_sigterm import (SigtermEnding, end_process, interrupted_line, threads_at_work,
+                           unfinished_note)
 from ._run_script import (ScriptTerminated, StdlibKept, as_main, error_line,
                           print_script_traceback, run_main, say, streams_kept)
 
@@ -69,7 +71,7 @@ def command(args):
     return run_script(args.script, args.args, report=args.report,
                       emulation=not args.no_emulation, amp=getattr(args, "amp", None),
                       unscale_before_clip=getattr(args, "unscale_before_clip", False),
-                      fp32_ops=getattr(args, "fp32_ops", None))
+                      fp32_ops=getattr(args, "fp32_ops", None), exit_after_sigterm=True)
 
 
 def main(argv=None):
@@ -80,7 +82,7 @@ def main(argv=None):
 
 
 def run_script(script, argv=(), report=None, emulation=True, amp=None,
-               unscale_before_clip=False, fp32_ops=None):
+               unscale_before_clip=False, fp32_ops=None, exit_after_sigterm=False):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
     Parameters
@@ -110,6 +112,10 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         (:class:`mxmixed.training.ClipWatch`).
     fp32_ops : sequence of str, optional
         With ``amp``: ops kept float32 besides AMP's own float32 list.
+    exit_after_sigterm : bool, default False
+        The command line's ending: after SIGTERM the process ends (status 143) within
+        ``cli._run_sigterm.GRACE_S`` seconds, report written, whatever threads the script
+        left at work, as plain python ends at once; without it SIGTERM only stops the script.
 
     Returns
     -------
@@ -140,6 +146,7 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
             report_write_error(report, err)
             return 2
     outcome, raised = None, None
+    ending = SigtermEnding(report, header) if exit_after_sigterm else None
     with StdlibKept().restoring() as restore:
         try:
             with contextlib.ExitStack() as stack:
@@ -155,7 +162,10 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
                     stack.enter_context(script_amp_init_noted(amp))
                 watch = stack.enter_context(clip_watch(script, unscale_before_clip, recorder))
                 stack.enter_context(as_main(script, argv))
-                stack.enter_context(sigterm_raises(ScriptTerminated))
+                if ending is not None:
+                    ending.state, ending.recorder, ending.watch = state, recorder, watch
+                stack.enter_context(sigterm_raises(
+                    ScriptTerminated, deadline=ending.deadline() if ending else None))
                 outcome, raised = run_main(script)
                 restore()
                 outcome["scaled_clipping"] = watch.records()
@@ -164,7 +174,17 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
                 return _not_started(report, header, err)
             say("mxmixed run: warning: undoing the run's hooks after the script failed: %s"
                 % error_line(err))
-        _after_script(script, report, amp, header, outcome, raised, state, recorder)
+        if outcome["error"] == "SIGTERM" and threads_at_work():
+            outcome["unfinished"] = unfinished_note(threads_at_work(), ended=True)
+        if ending is None:
+            _after_script(script, report, amp, header, outcome, raised, state, recorder)
+            return outcome["exit_code"]
+        with ending.lock:  # else the deadline has written the end, and ends the process
+            if not ending.done:
+                ending.done = True
+                _after_script(script, report, amp, header, outcome, raised, state, recorder)
+    if outcome["error"] == "SIGTERM" and "unfinished" in outcome:
+        end_process(143)  # python's exit would wait for those threads
     return outcome["exit_code"]
 
 
@@ -186,9 +206,7 @@ def _after_script(script, report, amp, header, outcome, raised, state, recorder)
     if report:
         finish_report(report, dict(header, **outcome), state, recorder)
     if outcome["status"] == "interrupted":
-        say("mxmixed run: the script was interrupted (%s), exit %d%s"
-            % ("Ctrl-C" if outcome["error"] == "KeyboardInterrupt" else outcome["error"],
-               outcome["exit_code"], "; the report says so: %s" % report if report else ""))
+        say(interrupted_line(outcome, report))
 
 
 def _not_started(report, header, err):

@@ -44,7 +44,8 @@ class StepLog:
         self._calls = []  # the call names, by their number in the call column
 
     def __len__(self):
-        return len(self._step)
+        # the column appended last: a record another thread is appending is not counted yet
+        return len(self._next_scale)
 
     def append(self, record):
         """Add one step's record (a dict with the keys above)."""
@@ -101,8 +102,8 @@ class StepLog:
         -------
         float or None
         """
-        times = np.frombuffer(self._iteration_s, dtype=np.float64) if len(self) else \
-            np.zeros(0)
+        # a copy: a view of the column would stop a thread of the script from appending to it
+        times = np.array(self._iteration_s[:len(self)], dtype=np.float64)
         times = times[~np.isnan(times)]
         if not len(times):
             return None
