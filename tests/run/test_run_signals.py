@@ -161,8 +161,7 @@ def test_helpers_a_script_starts_to_outlive_it_live_on_after_the_run_ends(tmp_pa
     (out / "go").write_text("")
     names = {"fork", "mp-fork", "mp-spawn", "popen-setsid"}
     wait_for(lambda: names <= set(os.listdir(str(out))),
-             "the helpers to write their names (have: %s)" % sorted(os.listdir(str(out))),
-             timeout=120)
+             "the helpers to write their names (have: %s)" % sorted(os.listdir(str(out))))
 
 
 # The script replaces the functions of `signal` the runner once called itself, then forks and
