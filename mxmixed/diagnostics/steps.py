@@ -33,14 +33,18 @@ class StepRecorder:
         Check the gradients of Trainers without a loss scaler before each update, for the
         first non-finite one (a scaler's overflow is located either way). False records only
         the steps and their times.
+    loss : callable, optional
+        Called at each Trainer step, returns the loss of the step (or None): recorded as the
+        step's ``loss`` (``mxmixed run --amp float16`` sees it at ``backward``).
 
     .. note::
        The hooks patch the ``Trainer`` class and the scaler instances in place; always call
        :meth:`uninstall` (the runner does, also when the script raises).
     """
 
-    def __init__(self, locate=True):
+    def __init__(self, locate=True, loss=None):
         self.locate = locate
+        self._loss = loss
         self.steps = []
         self.first_nonfinite = None
         self.trainers = []
@@ -108,6 +112,10 @@ class StepRecorder:
                 record["skipped"] = None
             elif recorder.locate and recorder.first_nonfinite is None:
                 recorder._locate(trainer._params)
+            if recorder._loss is not None:
+                loss = recorder._loss()
+                if loss is not None:
+                    record["loss"] = loss
             recorder._pending = record
             start = time.perf_counter()
             try:
