@@ -182,6 +182,11 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
                 restore()
                 outcome["scaled_clipping"] = watch.records()
                 outcome.update(run_facts(recorder, amp, outside))
+                refused = outside.refusal(raised) if outside is not None else None
+                if refused:
+                    raised = None
+                    say("mxmixed run: error: %s" % refused)
+                    outcome.update(exit_code=2, error=refused)
         except Exception as err:  # noqa: BLE001 - undoing the hooks failed: the script broke them
             if outcome is None:
                 raise

@@ -6,11 +6,12 @@ With AMP initialized before the script (``amp_scope``), :class:`OutsideAmp` link
 head gradient of ``NDArray.backward`` / ``autograd.backward`` is multiplied by the scale, and
 the linked Trainers are told that their gradients carry it, so that the update divides it out,
 checks for overflow and skips the step. A Trainer whose loss the script scales itself
-(``amp.scale_loss``, or ``amp.init_trainer`` replacing the link) is left to the script's own
-calls: its loss is never scaled twice.
+(``amp.init_trainer`` and ``amp.scale_loss``, which then serve the same scaler) is left to the
+script's own calls: its loss is never scaled twice.
 
 The Module API has no loss scaling in MXNet's AMP (``amp.init_trainer`` takes Gluon Trainers
-only): a Module trains in float16 without it, which one line says.
+only): a Module trains in float16 without it, which one line says; where MXNet's AMP cannot
+bind the Module's graph at all, :meth:`OutsideAmp.refusal` gives the one line that says so.
 
 Every ``backward`` also adds the sum of its heads (the objective it differentiates) to the loss
 of the step under way, which :meth:`OutsideAmp.take_loss` hands to the step recorder.
@@ -20,10 +21,14 @@ import weakref
 
 import mxnet as mx
 from mxnet import autograd, gluon
+from mxnet.contrib import amp
 
 from ._handle import handle_of
 
 __all__ = ["OutsideAmp"]
+
+# MXNet's error when amp.init's casts leave a Module's parameter dtypes unknown at bind
+_UNTYPED = "InferType pass cannot decide dtypes"
 
 
 class OutsideAmp:
@@ -41,6 +46,8 @@ class OutsideAmp:
     trainers : list of dict
         One record per Trainer made: ``linked`` (bool), ``update_on_kvstore`` (sparse weights),
         ``why`` (when it could not be linked), ``script_scales`` (the script scales its loss).
+    module : bool
+        Whether the script bound a Module (MXNet's AMP scales no Module's loss).
     """
 
     def __init__(self, loss_scale="dynamic", say=None):
@@ -51,11 +58,14 @@ class OutsideAmp:
         self._linked = weakref.WeakKeyDictionary()  # Trainer -> its record
         self._lock = threading.Lock()
         self._loss = None
+        self._refused = None
+        self._module_said = False
 
     # ------------------------------------------------------------------ hooks
     def install(self, patches):
-        """Patch ``gluon.Trainer.__init__``, ``NDArray.backward``, ``autograd.backward`` and
-        ``Module.init_optimizer`` through ``patches`` (undone by ``patches.undo()``).
+        """Patch ``gluon.Trainer.__init__``, ``NDArray.backward``, ``autograd.backward``,
+        ``Module.bind`` and ``amp.init_trainer`` through ``patches`` (undone by
+        ``patches.undo()``).
 
         Parameters
         ----------
@@ -65,8 +75,30 @@ class OutsideAmp:
         patches.patch(mx.nd.NDArray, "backward", self._wrap_backward(mx.nd.NDArray.backward))
         patches.patch(autograd, "backward", self._wrap_autograd_backward(autograd.backward))
         module = mx.module.Module
-        patches.patch(module, "init_optimizer", self._wrap_module(module.init_optimizer))
+        patches.patch(module, "bind", self._wrap_module(module.bind))
+        init_trainer = self._wrap_amp_init_trainer(amp.amp.init_trainer)
+        patches.patch(amp, "init_trainer", init_trainer)
+        patches.patch(amp.amp, "init_trainer", init_trainer)
         return self
+
+    def _wrap_amp_init_trainer(self, original):
+        """``amp.init_trainer`` that keeps the link of a Trainer linked here: the script's
+        ``amp.scale_loss`` then scales its loss with that scaler (and this class no more).
+        MXNet's own would link AMP's global scaler, which reads its scale from the first
+        mxmixed scaler while its own bookkeeping moves another: stuck, every step skipped."""
+        outside = self
+
+        def init_trainer(optimizer_or_trainer, *args, **kwargs):
+            record = outside._linked.get(optimizer_or_trainer) \
+                if isinstance(optimizer_or_trainer, gluon.Trainer) else None
+            if record is None:
+                return original(optimizer_or_trainer, *args, **kwargs)
+            record["script_scales"] = True
+            return None
+
+        init_trainer.__wrapped__ = original
+        init_trainer.__doc__ = original.__doc__
+        return init_trainer
 
     def _wrap_init(self, original):
         outside = self
@@ -100,17 +132,44 @@ class OutsideAmp:
     def _wrap_module(self, original):
         outside = self
 
-        def init_optimizer(module, *args, **kwargs):
-            if not outside.module:
-                outside.module = True
+        def bind(module, *args, **kwargs):
+            outside.module = True
+            try:
+                result = original(module, *args, **kwargs)
+            except (mx.base.MXNetError, RuntimeError) as err:  # simple_bind wraps it
+                if _UNTYPED in str(err):
+                    outside._refused = err
+                raise
+            if not outside._module_said:
+                outside._module_said = True
                 outside._say("--amp float16: a Module trains in float16 without loss scaling "
                              "(MXNet's AMP scales the loss of Gluon Trainers only): gradients "
                              "below float16's 6e-8 are lost")
-            return original(module, *args, **kwargs)
+            return result
 
-        init_optimizer.__wrapped__ = original
-        init_optimizer.__doc__ = original.__doc__
-        return init_optimizer
+        bind.__wrapped__ = original
+        bind.__doc__ = original.__doc__
+        return bind
+
+    def refusal(self, exc):
+        """One line for the error ``exc`` that ended the script, when it is MXNet's AMP
+        refusing a Module's graph; else None.
+
+        Parameters
+        ----------
+        exc : BaseException or None
+
+        Returns
+        -------
+        str or None
+        """
+        if exc is None or exc is not self._refused:
+            return None
+        return ("--amp float16 cannot train this Module API script: after amp.init, MXNet "
+                "cannot infer the dtypes of the Module's parameters at bind ('InferType pass "
+                "cannot decide dtypes'), and MXNet's AMP scales no Module loss; run it without "
+                "--amp (its own --dtype float16 runs under the emulation), or train it with "
+                "a Gluon Trainer")
 
     # ------------------------------------------------------------------ the scale
     def _scale(self):
