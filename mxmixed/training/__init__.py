@@ -106,7 +106,9 @@ def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] =
 
     Works after :func:`init` / :func:`amp_scope` (AMP) and for ``net.cast('float16')`` nets
     without AMP. The Trainer is made to update locally (``update_on_kvstore=False``), which AMP
-    needs but MXNet does not check.
+    needs but MXNet does not check. A Trainer with sparse (``row_sparse``) weights, which MXNet
+    makes update on its kvstore, keeps doing so on one machine: the overflow check runs before
+    anything is pushed, so an overflowing step changes no weight.
 
     Parameters
     ----------
@@ -131,9 +133,10 @@ def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] =
     TypeError
         For an Optimizer or anything else that is not a Gluon Trainer.
     ValueError
-        For ``update_on_kvstore=True``, an asynchronous kvstore, a net with nothing to scale
-        (all float32 and no AMP), a bad scale, a scaler attached to another Trainer, or a
-        second call without ``replace=True``.
+        For ``update_on_kvstore=True`` (dense weights), an asynchronous kvstore, sparse weights
+        on a distributed kvstore, a net with nothing to scale (all float32 and no AMP), a bad
+        scale, a scaler attached to another Trainer, or a second call without
+        ``replace=True``.
 
     Warns
     -----
