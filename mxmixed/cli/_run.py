@@ -26,8 +26,8 @@ import sys
 
 from .._files.signals import sigterm_raises
 from ._run_precision import (amp_context, clip_watch, closing_line, emulation_for_run,
-                             fp32_list, fp32_ops_problem, missing_kernel_line,
-                             script_amp_init_noted)
+                             float16_from_outside, fp32_list, fp32_ops_problem, loss_scale_of,
+                             missing_kernel_line, run_facts, script_amp_init_noted)
 from ._run_report import (finish_report, report_of_rank, report_problem, report_write_error,
                           start_report, write_short_report)
 from ._run_sigterm import (SigtermEnding, end_process, interrupted_line, threads_at_work,
@@ -49,10 +49,17 @@ def add_parser(sub):
                           "steps, the first non-finite gradient, step times")
     run.add_argument("--no-emulation", action="store_true",
                      help="run as plain MXNet, as a baseline")
-    run.add_argument("--amp", choices=["bfloat16"], default=None,
-                     help="switch MXNet's bfloat16 AMP on before the script starts (CPUs with "
-                          "AVX-512; fast with AVX512-BF16 or AMX; no loss scaling needed) and "
-                          "print the median step time")
+    run.add_argument("--amp", choices=["float16", "bfloat16"], default=None,
+                     help="switch MXNet's AMP on before the script starts. float16: every "
+                          "Gluon Trainer gets a loss scaler, the loss is scaled at backward, "
+                          "overflowing steps are skipped, and clipping by global norm sees the "
+                          "true gradients (on a CPU under the float16 emulation: its numerics, "
+                          "not its speed). bfloat16: CPUs with AVX-512, fast with AVX512-BF16 "
+                          "or AMX, no loss scaling needed; prints the median step time")
+    run.add_argument("--loss-scale", metavar="dynamic|N", default=None,
+                     help="with --amp float16: 'dynamic' (the default: 65536 to start, halved "
+                          "on overflow, doubled after 2000 clean steps) or a fixed scale N "
+                          "(1: no loss scaling)")
     run.add_argument("--fp32-op", action="append", metavar="OP", dest="fp32_ops",
                      help="with --amp bfloat16: keep OP (an MXNet op name, such as im2col) in "
                           "float32, beside AMP's own float32 ops; repeat for several")
@@ -71,7 +78,8 @@ def command(args):
     return run_script(args.script, args.args, report=args.report,
                       emulation=not args.no_emulation, amp=getattr(args, "amp", None),
                       unscale_before_clip=getattr(args, "unscale_before_clip", False),
-                      fp32_ops=getattr(args, "fp32_ops", None), exit_after_sigterm=True)
+                      fp32_ops=getattr(args, "fp32_ops", None),
+                      loss_scale=getattr(args, "loss_scale", None), exit_after_sigterm=True)
 
 
 def main(argv=None):
@@ -82,7 +90,8 @@ def main(argv=None):
 
 
 def run_script(script, argv=(), report=None, emulation=True, amp=None,
-               unscale_before_clip=False, fp32_ops=None, exit_after_sigterm=False):
+               unscale_before_clip=False, fp32_ops=None, loss_scale=None,
+               exit_after_sigterm=False):
     """Run ``script`` as ``__main__`` with ``argv``, as ``python script argv...`` would.
 
     Parameters
@@ -100,18 +109,25 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         SIGTERM). Under ``horovodrun``, rank k > 0 writes ``NAME.rank<k>.EXT`` instead.
     emulation : bool, default True
         Switch the CPU float16 emulation on in ``auto`` mode (only when no GPU is visible).
-        False runs the script as plain MXNet, as a baseline. Ignored with ``amp``.
-    amp : {None, 'bfloat16'}
-        Switch MXNet's bfloat16 AMP on (in an :func:`mxmixed.amp_scope`, undone afterwards)
-        before the script starts, without loss scaling; a line on stderr gives the median
-        step time. A call of ``amp.init`` in the script is ignored, with one line saying so.
+        False runs the script as plain MXNet, as a baseline. Ignored with ``amp='bfloat16'``.
+    amp : {None, 'float16', 'bfloat16'}
+        Switch MXNet's AMP on (in an :func:`mxmixed.amp_scope`, undone afterwards) before the
+        script starts; a call of ``amp.init`` in the script is ignored, with one line saying
+        so. ``'float16'``: every Gluon Trainer the script makes is linked to a loss scaler
+        (:func:`mxmixed.init_trainer`), the loss is scaled at ``backward`` and overflowing
+        steps are skipped (:class:`mxmixed.training.OutsideAmp`; a script that scales its loss
+        itself keeps doing so), and clipping by global norm sees the true gradients.
+        ``'bfloat16'``: without loss scaling; a line on stderr gives the median step time.
     unscale_before_clip : bool, default False
         Unscale the gradients before the script clips (or measures) them by global norm while
-        they carry the loss scale; without it such a call is named in one warning line. Either
-        way the report's ``scaled_clipping`` lists the call sites
-        (:class:`mxmixed.training.ClipWatch`).
+        they carry the loss scale; without it (and without ``amp='float16'``, which implies
+        it) such a call is named in one warning line. Either way the report's
+        ``scaled_clipping`` lists the call sites (:class:`mxmixed.training.ClipWatch`).
     fp32_ops : sequence of str, optional
-        With ``amp``: ops kept float32 besides AMP's own float32 list.
+        With ``amp='bfloat16'``: ops kept float32 besides AMP's own float32 list.
+    loss_scale : {None, 'dynamic'} or str or float, optional
+        With ``amp='float16'``: each Trainer's loss scale, dynamic (the default) or fixed
+        (a positive number; 1 means no loss scaling).
     exit_after_sigterm : bool, default False
         The command line's ending: after SIGTERM the process ends (status 143) within
         ``cli._run_sigterm.GRACE_S`` seconds, report written, whatever threads the script
@@ -134,7 +150,7 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
     from ..training import amp_scope
 
     report = report_of_rank(os.path.abspath(report)) if report else None  # the script may chdir
-    refusal = _refusal(script, report, amp, fp32_ops)
+    refusal = _refusal(script, report, amp, fp32_ops, loss_scale)
     if refusal:  # found before the script runs, not after an hour of training
         print("mxmixed run: error: %s" % refusal, file=sys.stderr)
         return 2
@@ -145,30 +161,43 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         except (OSError, ValueError) as err:
             report_write_error(report, err)
             return 2
+    # __file__ as python 3.9+ sets it: the path joined to the folder, not normalized
+    path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
     outcome, raised = None, None
     ending = SigtermEnding(report, header) if exit_after_sigterm else None
     with StdlibKept().restoring() as restore:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(streams_kept())
-                state = stack.enter_context(emulation_for_run(emulation and not amp))
+                state = stack.enter_context(emulation_for_run(emulation and amp != "bfloat16"))
                 state["amp"] = amp
-                recorder = (StepRecorder(locate=bool(report)).install()
+                if amp:
+                    stack.enter_context(amp_scope(target_dtype=amp, fp32_ops=fp32_list(fp32_ops),
+                                                  emulate=False))
+                    stack.enter_context(script_amp_init_noted(amp))
+                outside = stack.enter_context(float16_from_outside(amp, loss_scale))
+                recorder = (StepRecorder(locate=bool(report),
+                                         loss=outside.take_loss if outside else None).install()
                             if report or amp or state["active"] else None)
                 if recorder is not None:
                     stack.callback(recorder.uninstall)
-                if amp:
-                    stack.enter_context(amp_scope(target_dtype=amp, fp32_ops=fp32_list(fp32_ops)))
-                    stack.enter_context(script_amp_init_noted(amp))
-                watch = stack.enter_context(clip_watch(script, unscale_before_clip, recorder))
+                watch = stack.enter_context(clip_watch(
+                    path, unscale_before_clip or amp == "float16", recorder,
+                    "--unscale-before-clip" if unscale_before_clip else "--amp float16"))
                 stack.enter_context(as_main(script, argv))
                 if ending is not None:
                     ending.state, ending.recorder, ending.watch = state, recorder, watch
                 stack.enter_context(sigterm_raises(
                     ScriptTerminated, deadline=ending.deadline() if ending else None))
-                outcome, raised = run_main(script)
+                outcome, raised = run_main(path)
                 restore()
                 outcome["scaled_clipping"] = watch.records()
+                outcome.update(run_facts(recorder, amp, outside))
+                refused = outside.refusal(raised) if outside is not None else None
+                if refused:
+                    raised = None
+                    say("mxmixed run: error: %s" % refused)
+                    outcome.update(exit_code=2, error=refused)
         except Exception as err:  # noqa: BLE001 - undoing the hooks failed: the script broke them
             if outcome is None:  # setting the run up failed: the script never ran
                 return _not_started(report, header, err)
@@ -177,12 +206,12 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
         if outcome["error"] == "SIGTERM" and threads_at_work():
             outcome["unfinished"] = unfinished_note(threads_at_work(), ended=True)
         if ending is None:
-            _after_script(script, report, amp, header, outcome, raised, state, recorder)
+            _after_script(path, report, amp, header, outcome, raised, state, recorder)
             return outcome["exit_code"]
         with ending.lock:  # else the deadline has written the end, and ends the process
             if not ending.done:
                 ending.done = True
-                _after_script(script, report, amp, header, outcome, raised, state, recorder)
+                _after_script(path, report, amp, header, outcome, raised, state, recorder)
     if outcome["error"] == "SIGTERM" and "unfinished" in outcome:
         end_process(143)  # python's exit would wait for those threads
     return outcome["exit_code"]
@@ -191,14 +220,14 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
 def _after_script(script, report, amp, header, outcome, raised, state, recorder):
     """The script's traceback or one line for it, the closing line, the report and, for an
     interrupted run, the line that says so."""
-    missing = missing_kernel_line(raised) if amp else None
+    missing = missing_kernel_line(raised) if amp == "bfloat16" else None
     if missing:
         say("mxmixed run: error: %s" % missing)
         outcome.update(exit_code=2, error=missing)
     elif raised is not None:
         print_script_traceback(raised, script)
     try:
-        closing = closing_line(recorder, amp, state)
+        closing = closing_line(recorder, amp, state, outcome.get("trained_in"))
     except Exception as err:  # noqa: BLE001 - the script broke what the summary reads
         closing = "mxmixed run: no step time: %s" % error_line(err)
     if closing:
@@ -219,7 +248,7 @@ def _not_started(report, header, err):
     return 2
 
 
-def _refusal(script, report, amp, fp32_ops=None):
+def _refusal(script, report, amp, fp32_ops=None, loss_scale=None):
     """Why the run cannot start, in one line, or None: checked before the script runs."""
     if not os.path.isfile(script):
         return "script %s %s" % (script, "is a folder, not a Python file"
@@ -229,6 +258,7 @@ def _refusal(script, report, amp, fp32_ops=None):
         return "--report %s: %s" % (report, problem)
     try:
         amp_context(amp)
+        loss_scale_of(loss_scale, amp)
     except ValueError as err:
         return str(err)
     return fp32_ops_problem(fp32_ops, amp) if fp32_ops else None

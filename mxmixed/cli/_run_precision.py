@@ -7,12 +7,14 @@ MXNet's bfloat16 AMP, with the ops of ``--fp32-op`` kept float32 (:func:`amp_con
 (:func:`clip_watch`); and the run's last line on stderr (:func:`closing_line`).
 """
 import contextlib
+import math
 import sys
 
 from .._core.patches import Patches
 
-__all__ = ["emulation_for_run", "amp_context", "fp32_ops_problem", "fp32_list",
-           "missing_kernel_line", "script_amp_init_noted", "clip_watch", "closing_line"]
+__all__ = ["emulation_for_run", "amp_context", "loss_scale_of", "float16_from_outside",
+           "fp32_ops_problem", "fp32_list", "missing_kernel_line", "script_amp_init_noted",
+           "clip_watch", "trained_in", "run_facts", "closing_line"]
 
 
 @contextlib.contextmanager
@@ -35,17 +37,54 @@ def emulation_for_run(requested):
 
 def amp_context(amp):
     """The AMP the runner switches on for the script, or None; raises ValueError (one line)."""
-    if amp is None:
-        return None
+    if amp is None or amp == "float16":
+        return amp
     if amp != "bfloat16":
-        raise ValueError("--amp takes bfloat16 only (float16 training needs the script's own "
-                         "loss scaling: use mxmixed.init_trainer / scale_loss in it)")
+        raise ValueError("--amp takes float16 or bfloat16, got %r" % (amp,))
     from .._core.state import bfloat16_support
 
     runs, why = bfloat16_support()
     if not runs:
         raise ValueError("--amp bfloat16 cannot run here: %s" % why)
     return amp
+
+
+def loss_scale_of(loss_scale, amp):
+    """``--loss-scale`` as :func:`mxmixed.init_trainer` takes it: 'dynamic' (also for None) or
+    a positive float; raises ValueError (one line)."""
+    if loss_scale is None:
+        return "dynamic"
+    if amp != "float16":
+        raise ValueError("--loss-scale needs --amp float16 (bfloat16 needs no loss scaling)")
+    if loss_scale == "dynamic":
+        return loss_scale
+    try:
+        value = float(loss_scale)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("--loss-scale takes 'dynamic' or a positive number (1: no loss "
+                         "scaling), got %r" % (loss_scale,))
+    return value
+
+
+@contextlib.contextmanager
+def float16_from_outside(amp, loss_scale):
+    """Under ``--amp float16``, loss scaling for the script's Gluon Trainers while it runs
+    (:class:`mxmixed.training.OutsideAmp`); yields it, or None for any other run."""
+    if amp != "float16":
+        yield None
+        return
+    from ..training import OutsideAmp
+
+    def say(text):
+        print("mxmixed run: %s" % text, file=sys.stderr)
+
+    patches = Patches("mxmixed run's float16 AMP from outside")
+    try:
+        yield OutsideAmp(loss_scale_of(loss_scale, amp), say=say).install(patches)
+    finally:
+        patches.undo()
 
 
 def fp32_ops_problem(fp32_ops, target):
@@ -121,7 +160,7 @@ def script_amp_init_noted(target):
 
 
 @contextlib.contextmanager
-def clip_watch(script, unscale, recorder):
+def clip_watch(script, unscale, recorder, unscaled_by="--unscale-before-clip"):
     """Clipping of scaled gradients named (one line) or fixed, while the script runs."""
     from ..training import ClipWatch
 
@@ -130,7 +169,8 @@ def clip_watch(script, unscale, recorder):
 
     step = (lambda: len(recorder.steps) + 1) if recorder is not None else None
     patches = Patches("mxmixed run's clipping watch")
-    watch = ClipWatch(unscale=unscale, script=script, say=say, step=step)
+    watch = ClipWatch(unscale=unscale, script=script, say=say, step=step,
+                      unscaled_by=unscaled_by)
     try:
         yield watch.install(patches)
     finally:
@@ -154,19 +194,54 @@ def _step_line(summary, amp):
         summary["steps"], median, how)
 
 
-def closing_line(recorder, amp, state):
-    """The run's last line: bfloat16 AMP's step time, or what float16 did to the optimizer
-    steps of a script that trained in float16 under the emulation; None for any other run."""
+def trained_in(recorder, amp):
+    """What the run's optimizer steps trained in: 'float16' (AMP's loss scaler, float16
+    parameters, or float16 AMP), 'bfloat16', 'float32', or None when no step was seen."""
+    from ..training import amp_target
+
+    if recorder is None or not recorder.steps:
+        return None
+    if amp:
+        return amp
+    target = amp_target()
+    if target == "bfloat16":
+        return "bfloat16"
+    if target == "float16" or recorder.summary()["amp_loss_scaler"] \
+            or recorder.updates_float16():
+        return "float16"
+    return "float32"
+
+
+def run_facts(recorder, amp, outside):
+    """The report's entries about the run's precision: ``trained_in``, and under
+    ``--amp float16`` what the runner switched on (``amp_float16``)."""
+    facts = {"trained_in": trained_in(recorder, amp)}
+    if outside is not None:
+        facts["amp_float16"] = outside.summary()
+    return facts
+
+
+def closing_line(recorder, amp, state, trained=None):
+    """The run's last line: bfloat16 AMP's step time; what float16 did to the optimizer steps
+    of a script that trained in float16; that a script trained in float32 did so; None
+    without optimizer steps seen."""
     if recorder is None:
         return None
     summary = recorder.summary()
-    if amp:
+    if amp == "bfloat16":
         return _step_line(summary, amp)
-    if not (state["active"] and summary["steps"]) or not (
-            summary["amp_loss_scaler"] or recorder.updates_float16()):
+    if trained == "float32" and summary["steps"]:
+        return ("mxmixed run: %d optimizer steps, all in float32: the script never trained in "
+                "float16 (no AMP, no float16 parameters); --amp float16 trains it in float16"
+                % summary["steps"])
+    if not (state["active"] or amp) or not summary["steps"] or not (
+            amp or summary["amp_loss_scaler"]
+            or recorder.updates_float16()):
         return None
-    line = "mxmixed run: %d optimizer steps in float16 (emulated on the CPU: its numerics, " \
-        "not its speed)" % summary["steps"]
+    how = ["--amp float16"] if amp else []
+    if state["active"]:
+        how.append("emulated on the CPU: its numerics, not its speed")
+    line = "mxmixed run: %d optimizer steps in float16 (%s)" % (summary["steps"], ", ".join(how))
     if summary["amp_loss_scaler"]:
         line += ", %d skipped on overflow, loss scale %g -> %g" % (
             summary["skipped"], summary["loss_scale_first"], summary["loss_scale_last"])

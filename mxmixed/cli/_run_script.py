@@ -8,6 +8,7 @@ ends runs with the standard library as it was before it (:class:`StdlibKept`) an
 ``sys.stdout`` / ``sys.stderr`` usable (:func:`streams_kept`), whatever the script replaced or
 closed.
 """
+import builtins
 import contextlib
 import io
 import json
@@ -20,6 +21,8 @@ import stat
 import sys
 import time
 import traceback
+import types
+import zipfile
 
 from ._streams import PipeSafe, Printable
 
@@ -205,13 +208,34 @@ def as_main(script, argv):
         sys.path[:] = saved_path
 
 
+def _exec_as_main(path):
+    """Run the Python file ``path`` as ``__main__``, as ``python PATH`` does: ``__file__`` is
+    ``path`` (absolute, as python 3.9+ makes it) and ``sys.argv[0]`` stays as the caller set it
+    (``runpy.run_path`` would set it to ``path``; it still runs a zip archive)."""
+    if zipfile.is_zipfile(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    with open(path, "rb") as file:
+        code = compile(file.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None,
+                         __spec__=None, __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
+
+
 def run_main(script):
-    """Run ``script`` as ``__main__``: its ``status``, ``exit_code``, ``error`` (one line) and
-    ``wall_s``, and the exception whose traceback is to be printed (None if none)."""
+    """Run ``script`` (an absolute path) as ``__main__``: its ``status``, ``exit_code``,
+    ``error`` (one line) and ``wall_s``, and the exception whose traceback is to be printed
+    (None if none)."""
     raised = None
     start = _CLOCK()
     try:
-        runpy.run_path(script, run_name="__main__")
+        _exec_as_main(script)
         code, error, status = 0, None, "finished"
     except SystemExit as exc:
         code, error, status = _exit_code(exc.code), None, "finished"

@@ -182,16 +182,37 @@ def _draw_events(ax, report):
                    gid="event", zorder=3 + len(events) - n)
 
 
+def _draw_losses(ax, steps):
+    """The loss of each step the runner saw (gid ``loss``), skipped steps marked on it."""
+    # arrays of numbers, not lists of the records: a long run's steps are made one at a time
+    seen, skipped = (array.array("d"), array.array("d")), (array.array("d"), array.array("d"))
+    for s in steps:
+        if s.get("loss") is not None:
+            for xs, ys in (seen, skipped) if s.get("skipped") else (seen,):
+                xs.append(s["step"])
+                ys.append(s["loss"])
+    ax.plot(np.frombuffer(seen[0]), np.frombuffer(seen[1]), lw=1.4, color="#1f77b4",
+            label="loss (the sum backward differentiates)", gid="loss")
+    if len(skipped[0]):
+        ax.plot(np.frombuffer(skipped[0]), np.frombuffer(skipped[1]), "x",
+                color="#d62728", ms=6, mew=1.5, ls="none", gid="loss_skipped")
+    ax.set_ylabel("loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+
+
 def plot_run(report: Mapping[str, Any],
-             figsize: Tuple[float, float] = (10, 4.8)) -> "matplotlib.figure.Figure":
-    """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened.
+             figsize: Optional[Tuple[float, float]] = None) -> "matplotlib.figure.Figure":
+    """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened,
+    under the loss per step where the runner saw it.
 
     Parameters
     ----------
     report : dict
         The report as written (``json.load`` of it): its ``steps``, ``summary`` and
         ``scaled_clipping`` are drawn.
-    figsize : (float, float), default (10, 4.8)
+    figsize : (float, float), optional
+        (10, 4.8), or (10, 7.2) with the loss panel.
 
     Returns
     -------
@@ -201,16 +222,23 @@ def plot_run(report: Mapping[str, Any],
         ``loss_scale``), the skipped steps as red crosses at their scale (gid ``skipped``),
         and vertical lines (gid ``event``) at the first non-finite gradient (its layer)
         and at the first step of each call site that clipped gradients still carrying the loss
-        scale. A report with no step draws a panel that says so.
+        scale. A report with no step draws a panel that says so. When the steps carry their
+        ``loss`` (``mxmixed run --amp float16`` sees it at ``backward``), a panel above draws
+        it (gid ``loss``), the skipped steps crossed on it (gid ``loss_skipped``).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     steps = report.get("steps") or []
     summary = report.get("summary") or {}
-    fig = Figure(figsize=figsize)
+    losses = any(s.get("loss") is not None for s in steps)
+    fig = Figure(figsize=figsize or ((10, 7.2) if losses else (10, 4.8)))
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    if losses:
+        top, ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1.3]})
+        _draw_losses(top, steps)
+    else:
+        ax = fig.subplots()
     script = os.path.basename(str(report.get("script") or "the script"))
     fig.suptitle("mxmixed run %s: %d optimizer steps, %d skipped on overflow (%s)"
                  % (script, len(steps), summary.get("skipped", 0),

@@ -70,7 +70,7 @@ def test_a_step_log_gives_back_the_records_it_was_given():
     records = [{"step": 1, "call": "Module.update", "trainer": 0, "call_s": 0.5,
                 "iteration_s": None},
                {"step": 2, "call": "step", "trainer": 1, "loss_scale": 8.0, "skipped": None,
-                "call_s": 0.25, "iteration_s": 0.75, "next_loss_scale": 8.0},
+                "loss": 2.5, "call_s": 0.25, "iteration_s": 0.75, "next_loss_scale": 8.0},
                {"step": 3, "call": "update", "trainer": 1, "loss_scale": 8.0, "skipped": True,
                 "call_s": 0.25, "iteration_s": 0.5, "next_loss_scale": 4.0}]
     for one in records:
