@@ -64,6 +64,7 @@ FOLDS = """
     (["--report", "{report}"], []),
     (["--report", "{report}"], ["--amp-script"]),
     (["--no-emulation", "--report", "{report}"], []),
+    (["--amp", "float16", "--report", "{report}"], []),
 ])
 def test_the_models_and_trainers_a_script_drops_are_freed_under_the_runner(
         tmp_path, runner, script_args):
