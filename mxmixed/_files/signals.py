@@ -25,6 +25,7 @@ __all__ = ["sigterm_cleans_up", "signals_held", "sigterm_raises"]
 # the runner's, or a mask left wrong).
 _signal, _getsignal = signal.signal, signal.getsignal
 _sigmask, _raise_signal = signal.pthread_sigmask, signal.raise_signal
+_getpid, _getppid, _kill = os.getpid, os.getppid, os.kill
 
 
 class _Terminated(BaseException):
@@ -125,7 +126,7 @@ def _before_fork():
     may block SIGTERM itself) is kept, to be put back on both sides."""
     mask = _sigmask(signal.SIG_BLOCK, _SIGTERM) if _ours() else None
     _AT_FORK["forks"][threading.get_ident()] = (
-        os.getpid(), threading.current_thread() is threading.main_thread(), mask)
+        _getpid(), threading.current_thread() is threading.main_thread(), mask)
 
 
 def _after_fork_in_parent():
@@ -176,8 +177,8 @@ def _die_with_parent(parent):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
+    if _getppid() != parent:
+        _kill(_getpid(), signal.SIGTERM)
 
 
 def _register_fork_hooks():

@@ -164,9 +164,9 @@ def test_helpers_a_script_starts_to_outlive_it_live_on_after_the_run_ends(tmp_pa
              "the helpers to write their names (have: %s)" % sorted(os.listdir(str(out))))
 
 
-# The script replaces the functions of `signal` the runner once called itself, then forks and
-# ends normally: no traceback of the runner's (its fork hooks, its handler's restoring, the
-# report's atomic writer) and a finished report.
+# The script replaces the functions of `signal` (and of `os`) that the runner's fork hooks and
+# handlers call, then forks and ends normally: no traceback of the runner's (its fork hooks,
+# its handler's restoring, the report's atomic writer) and a finished report.
 REPLACED = """
     import os, signal
 
@@ -175,10 +175,13 @@ REPLACED = """
 
     for name in ("signal", "getsignal", "pthread_sigmask", "raise_signal", "sigpending"):
         setattr(signal, name, broken)
-    pid = os.fork()
+    fork, waitpid, exit_now = os.fork, os.waitpid, os._exit
+    for name in ("getpid", "getppid", "kill"):
+        setattr(os, name, broken)
+    pid = fork()
     if pid == 0:
-        os._exit(7)
-    _, status = os.waitpid(pid, 0)
+        exit_now(7)
+    _, status = waitpid(pid, 0)
     print("child", os.WEXITSTATUS(status))
 """
 
