@@ -203,18 +203,25 @@ def run_script(script, argv=(), report=None, emulation=True, amp=None,
                 return _not_started(report, header, err)
             say("mxmixed run: warning: undoing the run's hooks after the script failed: %s"
                 % error_line(err))
-        if outcome["error"] == "SIGTERM" and threads_at_work():
-            outcome["unfinished"] = unfinished_note(threads_at_work(), ended=True)
-        if ending is None:
-            _after_script(path, report, amp, header, outcome, raised, state, recorder)
-            return outcome["exit_code"]
-        with ending.lock:  # else the deadline has written the end, and ends the process
-            if not ending.done:
-                ending.done = True
-                _after_script(path, report, amp, header, outcome, raised, state, recorder)
-    if outcome["error"] == "SIGTERM" and "unfinished" in outcome:
+        _end_once(ending, outcome, lambda: _after_script(path, report, amp, header, outcome,
+                                                         raised, state, recorder))
+    if ending is not None and outcome["error"] == "SIGTERM" and "unfinished" in outcome:
         end_process(143)  # python's exit would wait for those threads
     return outcome["exit_code"]
+
+
+def _end_once(ending, outcome, after_script):
+    """``after_script()`` (the end of the run), unless SIGTERM's deadline (``ending``) has
+    written it already; after SIGTERM the threads still at work go into ``outcome``."""
+    if outcome["error"] == "SIGTERM" and threads_at_work():
+        outcome["unfinished"] = unfinished_note(threads_at_work(), ended=True)
+    if ending is None:
+        after_script()
+        return
+    with ending.lock:  # else the deadline has written the end, and ends the process
+        if not ending.done:
+            ending.done = True
+            after_script()
 
 
 def _after_script(script, report, amp, header, outcome, raised, state, recorder):

@@ -32,8 +32,9 @@ class StepLog:
     A record (:meth:`append`, ``log[i]``, iteration) is a dict: ``step``, ``call``,
     ``trainer``, ``call_s``, ``iteration_s`` (None for the first step), for a Trainer with
     an AMP loss scaler ``loss_scale``, ``skipped`` (None when its check did not run) and
-    ``next_loss_scale``, and ``loss`` where the step's loss was seen. Held as dicts, a 400,000-step run took about 200 MB; here each step
-    costs 60 bytes, and a record is made only when read.
+    ``next_loss_scale``, and ``loss`` where the step's loss was seen. Held as dicts, a
+    400,000-step run took about 200 MB; here each step costs 60 bytes, and a record is made
+    only when read.
     """
 
     def __init__(self):
