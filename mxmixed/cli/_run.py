@@ -2,20 +2,26 @@
 
 The runner switches the CPU float16 emulation on in ``auto`` mode (only when no GPU is
 visible), then runs the script as ``__main__`` with its own arguments, as ``python SCRIPT
-ARGS...`` would: ``sys.argv`` is ``[SCRIPT, ARGS...]`` and ``sys.path[0]`` is the script's
-folder. The script's exit code is returned and its errors surface as its own traceback.
+ARGS...`` would: ``sys.argv`` is ``[SCRIPT, ARGS...]``, ``__file__`` is SCRIPT made absolute
+and ``sys.path[0]`` is the script's folder (``cli/_run_script``). The script's exit code is
+returned and its errors surface as its own traceback.
 
 With a report file it also records what happened in float16, for scripts that know nothing
 about mxmixed: it hooks ``mxnet.gluon.Trainer.step`` / ``update``, ``mxnet.module.Module.update``
 (what ``Module.fit`` calls per batch) and the AMP loss scaler's ``has_overflow`` from the
 outside, and undoes the hooks when the script ends.
 
-With ``--amp bfloat16`` MXNet's bfloat16 AMP is switched on before the script starts (no loss
-scaling needed: bfloat16 has float32's exponent range), so a float32 script trains in bfloat16
-through oneDNN, fast on CPUs with AVX512-BF16 or AMX; the float16 emulation stays off. A line
-on stderr gives the median step time, to compare with a run without ``--amp``.
+With ``--amp float16`` MXNet's float16 AMP is switched on before the script starts, each
+Gluon Trainer is linked to a loss scaler, the loss is scaled at ``backward`` and clipping by
+global norm sees the true gradients, for scripts with no float16 switch of their own
+(``cli/_run_precision``, ``training.OutsideAmp``). With ``--amp bfloat16`` MXNet's bfloat16 AMP
+is switched on (no loss scaling needed: bfloat16 has float32's exponent range), so a float32
+script trains in bfloat16 through oneDNN, fast on CPUs with AVX512-BF16 or AMX; the float16
+emulation stays off. A line on stderr gives the median step time, to compare with a run
+without ``--amp``. The report is written by ``cli/_run_report``.
 
-Usage: ``mxmixed run [--report FILE] [--no-emulation] [--amp bfloat16] SCRIPT [ARGS...]``,
+Usage: ``mxmixed run [--report FILE] [--no-emulation] [--amp float16|bfloat16]
+[--loss-scale dynamic|N] SCRIPT [ARGS...]``,
 or ``python -m mxmixed.run ...``. What the steps did is recorded by
 :class:`mxmixed.diagnostics.steps.StepRecorder`.
 """
@@ -40,7 +46,8 @@ __all__ = ["run_script", "ScriptTerminated", "add_parser", "command", "main"]
 
 def add_parser(sub):
     run = sub.add_parser(
-        "run", help="run any MXNet training script with the CPU float16 emulation",
+        "run", help="run any MXNet training script with the CPU float16 emulation (--amp "
+                    "float16: in float16 with loss scaling, unmodified)",
         description="Run SCRIPT as __main__ with ARGS, as 'python SCRIPT ARGS' would, with the "
                     "CPU float16 emulation switched on when no GPU is visible. Returns the "
                     "script's exit code. The script is never modified.")

@@ -75,14 +75,14 @@ def float16_from_outside(amp, loss_scale):
     if amp != "float16":
         yield None
         return
-    from ..training import OutsideAmp
+    from ..training import OutsideAmp, init_trainer
 
     def say(text):
         print("mxmixed run: %s" % text, file=sys.stderr)
 
     patches = Patches("mxmixed run's float16 AMP from outside")
     try:
-        yield OutsideAmp(loss_scale_of(loss_scale, amp), say=say).install(patches)
+        yield OutsideAmp(init_trainer, loss_scale_of(loss_scale, amp), say=say).install(patches)
     finally:
         patches.undo()
 

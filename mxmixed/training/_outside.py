@@ -36,6 +36,10 @@ class OutsideAmp:
 
     Parameters
     ----------
+    init_trainer : callable
+        :func:`mxmixed.init_trainer`, which links each Trainer (``init_trainer(trainer,
+        scaler=loss_scale)``; a ValueError or TypeError from it is one line, and the Trainer
+        trains without loss scaling).
     loss_scale : 'dynamic' or float, default 'dynamic'
         Each Trainer's scaler: dynamic, or a static scale (1: no scaling).
     say : callable
@@ -50,7 +54,8 @@ class OutsideAmp:
         Whether the script bound a Module (MXNet's AMP scales no Module's loss).
     """
 
-    def __init__(self, loss_scale="dynamic", say=None):
+    def __init__(self, init_trainer, loss_scale="dynamic", say=None):
+        self._init_trainer = init_trainer
         self.loss_scale = loss_scale
         self.trainers = []
         self.module = False
@@ -112,13 +117,11 @@ class OutsideAmp:
         return __init__
 
     def _link(self, trainer):
-        from . import init_trainer
-
         record = {"trainer": len(self.trainers), "linked": False, "update_on_kvstore": False,
                   "why": None, "script_scales": False}
         self.trainers.append(record)
         try:
-            init_trainer(trainer, scaler=self.loss_scale)
+            self._init_trainer(trainer, scaler=self.loss_scale)
         except (ValueError, TypeError) as err:
             record["why"] = str(err)
             self._say("--amp float16: Trainer %d trains without loss scaling: %s"
