@@ -111,31 +111,50 @@ def init_kvstore(trainer: "mx.gluon.Trainer") -> Optional["mx.kvstore.KVStore"]:
 def ensure_local_updates(trainer):
     """Make a Trainer update locally (``update_on_kvstore=False``), which loss scaling needs.
 
+    A Trainer with sparse weights (``row_sparse``, e.g. GluonNLP's big LM) must update on its
+    kvstore, MXNet decides: on one machine it keeps doing so, and the overflow check runs
+    before anything is pushed (``training/_handle``); a distributed one is refused.
+
     Parameters
     ----------
     trainer : mxnet.gluon.Trainer
 
+    Returns
+    -------
+    bool
+        Whether the Trainer updates locally (False: on its local kvstore, for sparse weights).
+
     Raises
     ------
     ValueError
-        For an asynchronous kvstore, or a Trainer that already updates on its kvstore.
+        For an asynchronous kvstore, a Trainer that already updates on its kvstore, or sparse
+        weights on a distributed kvstore.
     """
     config = trainer._kvstore_params
     name = kvstore_name(config.get("kvstore"))
     if "async" in name:
         raise ValueError("kvstore '%s' updates on the server, before any overflow check; loss "
                          "scaling needs a synchronous kvstore with update_on_kvstore=False" % name)
+    if getattr(trainer, "_contains_sparse_weight", False) \
+            and config.get("update_on_kvstore") is not False:
+        if is_distributed(config.get("kvstore")):
+            raise ValueError("sparse weights make the Trainer update on its kvstore '%s', where "
+                             "the servers apply a step before any overflow check: loss "
+                             "scaling cannot skip a step there; train the sparse weights dense "
+                             "or on one machine" % name)
+        return False
     if trainer._kv_initialized:
         if trainer._kvstore is not None and trainer._update_on_kvstore:
             raise ValueError("this Trainer already updates on the kvstore, where an overflowing "
                              "step is applied before the check; create it with "
                              "gluon.Trainer(..., update_on_kvstore=False) before its first step")
-        return
+        return True
     if config.get("update_on_kvstore") is True:
         raise ValueError("the Trainer was created with update_on_kvstore=True: the kvstore would "
                          "apply overflowing steps before the overflow check; create it with "
                          "gluon.Trainer(params, optimizer, ..., update_on_kvstore=False)")
     config["update_on_kvstore"] = False
+    return True
 
 
 def ready_kvstore(trainer):

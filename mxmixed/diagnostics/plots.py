@@ -5,6 +5,7 @@ Figures are built with ``matplotlib.figure.Figure`` and an Agg canvas, never thr
 ``pyplot``: nothing is shown, no global figure is left behind, and it works on a headless
 machine. A notebook displays the returned Figure; ``fig.savefig(path)`` writes it.
 """
+import array
 import math
 import os
 import textwrap
@@ -118,28 +119,42 @@ def _short(text, width=70):
 
 
 def _scale_lines(steps):
-    """{trainer: ([step], [loss scale])} for the steps whose trainer had an AMP loss scaler."""
-    lines = {}
+    """({trainer: (steps, loss scales)}, (skipped steps, their scales)) for the steps whose
+    trainer had an AMP loss scaler, as arrays of numbers.
+
+    Of each run of steps with one scale only its first and last are kept: a step line drawn
+    through them is the one drawn through every step (the scale changes only between runs),
+    and a run of 400,000 steps does not become 400,000 points.
+    """
+    lines, skipped = {}, (array.array("d"), array.array("d"))
     for s in steps:
-        if s.get("loss_scale") is not None:
-            xs, ys = lines.setdefault(s.get("trainer", 0), ([], []))
+        scale = s.get("loss_scale")
+        if scale is None:
+            continue
+        xs, ys, tail = lines.setdefault(s.get("trainer", 0), (array.array("d"),
+                                                               array.array("d"), [False]))
+        if tail[0] and ys[-1] == scale:
+            xs[-1] = s["step"]  # the run goes on: its last point moves
+        else:
+            tail[0] = len(ys) > 0 and ys[-1] == scale  # the new point ends a run of two
             xs.append(s["step"])
-            ys.append(s["loss_scale"])
-    return lines
+            ys.append(scale)
+        if s.get("skipped"):
+            skipped[0].append(s["step"])
+            skipped[1].append(scale)
+    return {k: (xs, ys) for k, (xs, ys, _) in lines.items()}, skipped
 
 
 def _draw_scales(ax, steps):
     """The loss scale per step (log2 axis) and the skipped steps."""
-    lines = _scale_lines(steps)
-    by_step = {}
+    lines, skipped = _scale_lines(steps)
     for trainer, (xs, ys) in sorted(lines.items()):
         label = "loss scale" + (" (trainer %d)" % trainer if len(lines) > 1 else "")
-        ax.step(xs, ys, where="mid", lw=1.6, label=label, gid="loss_scale")
-        by_step.update(zip(xs, ys))
-    skipped = [s["step"] for s in steps if s.get("skipped")]
-    if skipped:
-        ax.plot(skipped, [by_step[n] for n in skipped], "x", color="#d62728", ms=8, mew=2,
-                ls="none", label="skipped step (inf/NaN)", gid="skipped")
+        ax.step(np.frombuffer(xs), np.frombuffer(ys), where="mid", lw=1.6, label=label,
+                gid="loss_scale")
+    if len(skipped[0]):
+        ax.plot(np.frombuffer(skipped[0]), np.frombuffer(skipped[1]), "x", color="#d62728",
+                ms=8, mew=2, ls="none", label="skipped step (inf/NaN)", gid="skipped")
     if lines:
         ax.set_yscale("log", base=2)
         ax.set_ylabel("loss scale (log2 axis)")
@@ -167,16 +182,37 @@ def _draw_events(ax, report):
                    gid="event", zorder=3 + len(events) - n)
 
 
+def _draw_losses(ax, steps):
+    """The loss of each step the runner saw (gid ``loss``), skipped steps marked on it."""
+    # arrays of numbers, not lists of the records: a long run's steps are made one at a time
+    seen, skipped = (array.array("d"), array.array("d")), (array.array("d"), array.array("d"))
+    for s in steps:
+        if s.get("loss") is not None:
+            for xs, ys in (seen, skipped) if s.get("skipped") else (seen,):
+                xs.append(s["step"])
+                ys.append(s["loss"])
+    ax.plot(np.frombuffer(seen[0]), np.frombuffer(seen[1]), lw=1.4, color="#1f77b4",
+            label="loss (the sum backward differentiates)", gid="loss")
+    if len(skipped[0]):
+        ax.plot(np.frombuffer(skipped[0]), np.frombuffer(skipped[1]), "x",
+                color="#d62728", ms=6, mew=1.5, ls="none", gid="loss_skipped")
+    ax.set_ylabel("loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+
+
 def plot_run(report: Mapping[str, Any],
-             figsize: Tuple[float, float] = (10, 4.8)) -> "matplotlib.figure.Figure":
-    """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened.
+             figsize: Optional[Tuple[float, float]] = None) -> "matplotlib.figure.Figure":
+    """Draw an ``mxmixed run --report`` report: the loss scale per step and what happened,
+    under the loss per step where the runner saw it.
 
     Parameters
     ----------
     report : dict
         The report as written (``json.load`` of it): its ``steps``, ``summary`` and
         ``scaled_clipping`` are drawn.
-    figsize : (float, float), default (10, 4.8)
+    figsize : (float, float), optional
+        (10, 4.8), or (10, 7.2) with the loss panel.
 
     Returns
     -------
@@ -186,16 +222,23 @@ def plot_run(report: Mapping[str, Any],
         ``loss_scale``), the skipped steps as red crosses at their scale (gid ``skipped``),
         and vertical lines (gid ``event``) at the first non-finite gradient (its layer)
         and at the first step of each call site that clipped gradients still carrying the loss
-        scale. A report with no step draws a panel that says so.
+        scale. A report with no step draws a panel that says so. When the steps carry their
+        ``loss`` (``mxmixed run --amp float16`` sees it at ``backward``), a panel above draws
+        it (gid ``loss``), the skipped steps crossed on it (gid ``loss_skipped``).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     steps = report.get("steps") or []
     summary = report.get("summary") or {}
-    fig = Figure(figsize=figsize)
+    losses = any(s.get("loss") is not None for s in steps)
+    fig = Figure(figsize=figsize or ((10, 7.2) if losses else (10, 4.8)))
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    if losses:
+        top, ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1.3]})
+        _draw_losses(top, steps)
+    else:
+        ax = fig.subplots()
     script = os.path.basename(str(report.get("script") or "the script"))
     fig.suptitle("mxmixed run %s: %d optimizer steps, %d skipped on overflow (%s)"
                  % (script, len(steps), summary.get("skipped", 0),
@@ -222,5 +265,9 @@ def plot_run(report: Mapping[str, Any],
 
 
 def run_picture_path(report_path: str) -> str:
-    """Where ``mxmixed run --report R.json`` draws its picture: ``R.png`` beside the report."""
-    return os.path.splitext(report_path)[0] + ".png"
+    """Where ``mxmixed run --report`` draws its picture, beside the report: ``R.png`` for
+    ``R.json``, ``NAME.png`` for any other ``NAME`` (``r`` -> ``r.png``, ``r.rank1`` ->
+    ``r.rank1.png``, ``r.png`` -> ``r.png.png``), so that a picture never takes the name of
+    its report, nor of another report or picture of the run's ranks."""
+    stem, ext = os.path.splitext(report_path)
+    return (stem if ext.lower() == ".json" else report_path) + ".png"

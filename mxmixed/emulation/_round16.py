@@ -334,7 +334,7 @@ def _compile(prefix, sources, keyed, flags, target_dir, cxx, key_text="", export
             return path
         _sweep_leftovers(target_dir)
         try:
-            _build_into(path, compiler, cxx, sources, flags, exports=exports)
+            _build_into(path, compiler, cxx, sources, flags, exports=exports, lock=lock)
         except RuntimeError as err:
             if damage:
                 raise RuntimeError("the cached library is damaged or not ours (%s), and "
@@ -356,7 +356,9 @@ _LEFTOVER = re.compile(r"\.tmp-[a-z0-9_]{8}(\.so|\.map|-[0-9]+\.o)?")
 def _sweep_leftovers(folder):
     """Remove the temporary files of a build that was killed half-way in ``folder`` (regular
     files of this user with the names a build gives them). Called under the folder's lock,
-    when no build of another process writes there."""
+    when no build of another process writes there: a build's compilers inherit its lock, so
+    that the compilers of a killed build, which finish and write their objects after it died,
+    hold the lock until they are done."""
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         if _LEFTOVER.fullmatch(name):
@@ -370,10 +372,12 @@ _LINK_ONLY = ("-L", "-l", "-Wl,")
 _BASE_FLAGS = ["-fPIC", "-std=c++17", "-O3", "-march=native", "-fopenmp"]
 
 
-def _compile_objects(compiler, cxx, sources, flags, objects):
+def _compile_objects(compiler, cxx, sources, flags, objects, lock=None):
     """Compile each of ``sources`` into the matching ``objects``, as many at once as this
     process has CPUs (a single ``g++`` call compiles one source after the other: MXNet's
-    ``lib_api.cc`` alone is half of the plain library's build)."""
+    ``lib_api.cc`` alone is half of the plain library's build). The compilers inherit the
+    descriptor ``lock`` (the folder's build lock): it stays held while one of them runs, even
+    after this process died."""
     compile_flags = [f for f in flags if not f.startswith(_LINK_ONLY)]
     pending = list(zip(sources, objects))
     running = []
@@ -384,7 +388,8 @@ def _compile_objects(compiler, cxx, sources, flags, objects):
                 source, obj = pending.pop(0)
                 running.append(subprocess.Popen(
                     [compiler, "-c"] + _BASE_FLAGS + [source] + compile_flags + ["-o", obj],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                    pass_fds=_fds(lock)))
             proc = running.pop(0)
             err = proc.communicate()[1]
             if proc.returncode != 0:
@@ -395,24 +400,29 @@ def _compile_objects(compiler, cxx, sources, flags, objects):
             proc.communicate()
 
 
-def _build_into(path, compiler, cxx, sources, flags, exports=()):
+def _fds(lock):
+    return () if lock is None else (lock,)
+
+
+def _build_into(path, compiler, cxx, sources, flags, exports=(), lock=None):
     """Compile under a temporary name, record size and sha256, then rename into ``path``.
 
     The sources are compiled side by side, then linked. With ``exports``, a version script
-    beside it (removed after) exports only those symbols.
+    beside it (removed after) exports only those symbols. The compiler and the linker inherit
+    the descriptor ``lock``, the folder's build lock (see :func:`_sweep_leftovers`).
     """
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
     os.close(fd)
     script = tmp[:-len(".so")] + ".map"
     objects = ["%s-%d.o" % (tmp[:-len(".so")], i) for i in range(len(sources))]
     try:
-        _compile_objects(compiler, cxx, sources, flags, objects)
+        _compile_objects(compiler, cxx, sources, flags, objects, lock)
         if exports:
             _write_own(script, _version_script(exports).encode(), 0o600)
             flags = list(flags) + ["-Wl,--version-script=" + script]
         proc = subprocess.run([compiler, "-shared"] + _BASE_FLAGS + objects
                               + [f for f in flags if f.startswith(_LINK_ONLY)] + ["-o", tmp],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, pass_fds=_fds(lock))
         if proc.returncode != 0:
             raise RuntimeError("%s failed: %s" % (cxx, proc.stderr.strip()[-600:]))
         os.chmod(tmp, 0o755)

@@ -8,6 +8,10 @@ CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler
 object (``mxmixed.training._handle``), stored under ``trainer._amp_loss_scaler``.
 
 :func:`init` and :func:`amp_scope` live in ``mxmixed.training._amp`` and are re-exported here.
+For mxmixed's own commands (``mxmixed run``), not in ``__all__``: ``ClipWatch`` (clipping of
+scaled gradients watched from outside a script), ``OutsideAmp`` (float16 loss scaling for a
+script that has none), ``resolves`` (whether AMP can wrap an op) and
+``missing_kernel`` (the op MXNet's "Unknown type enum 12" is about).
 """
 import contextlib
 import math
@@ -22,10 +26,12 @@ from mxnet import autograd, gluon
 
 from .. import emulation
 from ._amp import EMULATION_HINT, amp_scope, amp_target, init
-from ._clipwatch import register_trainer, watch_helpers
+from ._clipwatch import ClipWatch, register_trainer, watch_helpers
 from .._core.finite import param_grads, sums_of_squares
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
+from ._outside import OutsideAmp
+from ._unlisted import missing_kernel, resolves
 from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
 from .._core.state import amp_initialized, gpu_visible
@@ -102,7 +108,9 @@ def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] =
 
     Works after :func:`init` / :func:`amp_scope` (AMP) and for ``net.cast('float16')`` nets
     without AMP. The Trainer is made to update locally (``update_on_kvstore=False``), which AMP
-    needs but MXNet does not check.
+    needs but MXNet does not check. A Trainer with sparse (``row_sparse``) weights, which MXNet
+    makes update on its kvstore, keeps doing so on one machine: the overflow check runs before
+    anything is pushed, so an overflowing step changes no weight.
 
     Parameters
     ----------
@@ -127,9 +135,10 @@ def init_trainer(trainer: gluon.Trainer, scaler: Union[str, float, LossScaler] =
     TypeError
         For an Optimizer or anything else that is not a Gluon Trainer.
     ValueError
-        For ``update_on_kvstore=True``, an asynchronous kvstore, a net with nothing to scale
-        (all float32 and no AMP), a bad scale, a scaler attached to another Trainer, or a
-        second call without ``replace=True``.
+        For ``update_on_kvstore=True`` (dense weights), an asynchronous kvstore, sparse weights
+        on a distributed kvstore, a net with nothing to scale (all float32 and no AMP), a bad
+        scale, a scaler attached to another Trainer, or a second call without
+        ``replace=True``.
 
     Warns
     -----

@@ -17,6 +17,7 @@ Without ``mxmixed run``, :func:`watch_helpers` (called by :func:`mxmixed.init_tr
 once when these functions clip an mxmixed Trainer's scaled gradients.
 """
 import functools
+import math
 import importlib.abc
 import importlib.machinery
 import os
@@ -98,16 +99,24 @@ def _unscale(trainer):
 
 
 def _number(value):
+    """``value`` as a float, or None when it is no number (the watched function itself then
+    says what it makes of it)."""
     try:
         return float(value)
     except TypeError:  # an NDArray of one element (GluonNLP's grad_global_norm allows it)
+        pass
+    except ValueError:
+        return None
+    try:
         return float(value.asscalar())
+    except Exception:  # noqa: BLE001 - no number: what the watched function says of it stands
+        return None
 
 
 def _accounts_for(max_norm, scale):
     """Whether ``max_norm`` is a whole multiple of the loss scale (the script scaled it)."""
     ratio = max_norm / scale
-    return ratio >= 1 and ratio == int(ratio)
+    return math.isfinite(ratio) and ratio >= 1 and ratio.is_integer()
 
 
 def _gradient_ids(items, holds):
@@ -164,6 +173,8 @@ class ClipWatch:
         Returns the number of the optimizer step under way, recorded with each site.
     helpers_only : bool, default False
         Watch only Trainers linked by :func:`mxmixed.init_trainer`.
+    unscaled_by : str, default '--unscale-before-clip'
+        What asked for ``unscale``, as the message names it.
 
     Attributes
     ----------
@@ -172,8 +183,10 @@ class ClipWatch:
         ``max_norm``, ``loss_scale``, ``effective_max_norm``, ``unscaled``, ``first_step``.
     """
 
-    def __init__(self, unscale=False, script=None, say=None, step=None, helpers_only=False):
+    def __init__(self, unscale=False, script=None, say=None, step=None, helpers_only=False,
+                 unscaled_by="--unscale-before-clip"):
         self.unscale = unscale
+        self.unscaled_by = unscaled_by
         self.script = script
         self.sites = {}
         self._say = say or _warn
@@ -214,7 +227,7 @@ class ClipWatch:
                 "site": "%s:%d" % (file, line), "file": file, "line": line,
                 "function": function, "calls": 0, "max_norm": max_norm, "loss_scale": scale,
                 "effective_max_norm": None if max_norm is None else max_norm / scale,
-                "unscaled": self.unscale,
+                "unscaled": self.unscale, "unscaled_by": self.unscaled_by if self.unscale else None,
                 "first_step": self._step() if self._step else None}
             self._say(record, message(record, helpers=self._helpers_only))
         record["calls"] += 1
@@ -288,8 +301,8 @@ def message(record, helpers=False):
         return what + cost + ("; clip with mxmixed.clip_global_norm(trainer, max_norm), which "
                               "clips the true gradients, or call mxmixed.unscale(trainer) first")
     if record["unscaled"]:
-        return what + ("; --unscale-before-clip unscales them first (as amp.unscale(trainer) "
-                       "does), at every call")
+        return what + ("; %s unscales them first (as amp.unscale(trainer) does), at every call"
+                       % record.get("unscaled_by", "--unscale-before-clip"))
     return what + cost + ("; call amp.unscale(trainer) before clipping, or run with "
                           "--unscale-before-clip")
 

@@ -70,6 +70,11 @@ class TrainerHandle:
     reduced : bool
         Whether ``clip_global_norm`` already summed the gradients across devices or workers, so
         that ``step`` must update without summing again.
+    scaled_by : str or None
+        Who scaled this step's loss (see :meth:`begin_step`).
+    decided : bool or None
+        This step's overflow verdict, when it was taken before the kvstore's update (a Trainer
+        that updates on its kvstore, as sparse weights make it): ``has_overflow`` returns it.
     """
 
     def __init__(self, trainer, scaler=None):
@@ -77,16 +82,21 @@ class TrainerHandle:
         self.scaler = scaler
         self.begin_step()
 
-    def begin_step(self, grad_scale=None):
+    def begin_step(self, grad_scale=None, scaled_by=None):
         """Start a new step whose gradients carry ``grad_scale``.
 
         Parameters
         ----------
         grad_scale : float or None
+        scaled_by : str or None
+            Who scaled the loss: ``'scale_loss'`` (the script, through ``scale_loss``) or
+            ``'runner'`` (``mxmixed run --amp float16``, at ``backward``).
         """
         self.grad_scale = grad_scale
+        self.scaled_by = scaled_by
         self.clip = 1.0
         self.reduced = False
+        self.decided = None
 
     def unscale(self):
         """Divide the gradients by the scale they carry, in place; they carry 1 afterwards, so
@@ -138,6 +148,27 @@ class TrainerHandle:
             When the gradients could not be computed because MXNet's CPU build has no float16
             kernel for an op (the message names ``mxmixed.emulation.enable()``).
         """
+        if self.decided is not None:
+            overflow = self.decided
+            self.begin_step()
+            return overflow
+        overflow = self.decide(params)
+        self.begin_step()
+        return overflow
+
+    def decide(self, params):
+        """Check the gradients, move the scale and fix this update's rescale (what
+        :meth:`has_overflow` does), and keep the verdict for this step's ``has_overflow``.
+
+        Parameters
+        ----------
+        params : list of mxnet.gluon.Parameter
+
+        Returns
+        -------
+        bool
+            Whether the step must be skipped.
+        """
         overflow = False
         if self.scaler is not None and self.grad_scale is None and self.scaler.loss_scale != 1:
             raise RuntimeError(_unscaled_message(self.scaler.loss_scale))
@@ -154,7 +185,7 @@ class TrainerHandle:
                 trainer._optimizer.rescale_grad *= self.clip / self.gradient_scale
         if self.scaler is not None:
             self.scaler.update(overflow)
-        self.begin_step()
+        self.decided = overflow
         return overflow
 
 
@@ -232,16 +263,38 @@ def handle_scale_loss(loss, optimizer_or_trainer):
             yield scaled
         return
     scale = handle.scaler.loss_scale
-    handle.begin_step(grad_scale=scale)
+    handle.begin_step(grad_scale=scale, scaled_by="scale_loss")
     yield [l * scale for l in loss] if isinstance(loss, (list, tuple)) else loss * scale
 
 
 def _serve_mxnet_scale_loss():
     """Let scripts that call ``amp.scale_loss`` use an mxmixed Trainer; any other Trainer goes on
     to MXNet's own. Applied once, through ``AMP.patches``: ``amp_scope`` undoes it on exit, and
-    outside a scope it stays for the process, as ``amp.init``'s own patches do."""
+    outside a scope it stays for the process, as ``amp.init``'s own patches do. The same for
+    the check before a kvstore's update (:func:`_checked_allreduce`)."""
     AMP.patches.patch(amp, "scale_loss", handle_scale_loss)
     AMP.patches.patch(amp.amp, "scale_loss", handle_scale_loss)
+    original = mx.gluon.Trainer.__dict__["_allreduce_grads"]
+    if getattr(original, "__wrapped__", None) is None:
+        AMP.patches.patch(mx.gluon.Trainer, "_allreduce_grads", _checked_allreduce(original))
+
+
+def _checked_allreduce(original):
+    """``Trainer._allreduce_grads`` that, for an mxmixed Trainer whose kvstore updates the
+    weights (``update_on_kvstore``: sparse weights force it), takes the step's overflow verdict
+    before anything is pushed, and pushes nothing on overflow: the kvstore then applies nothing,
+    and ``Trainer._update`` skips the step as for any other Trainer."""
+    def _allreduce_grads(trainer):
+        handle = handle_of(trainer)
+        if handle is not None and handle.scaler is not None and trainer._kvstore \
+                and trainer._update_on_kvstore and handle.decided is None:
+            if handle.decide(trainer._params):
+                return None
+        return original(trainer)
+
+    _allreduce_grads.__wrapped__ = original
+    _allreduce_grads.__doc__ = original.__doc__
+    return _allreduce_grads
 
 
 class FollowingScaler(MXNetLossScaler):

@@ -10,6 +10,7 @@ caller's), mxmixed's bfloat16 AMP adds them to AMP's float32 list, and :func:`an
 the first call of each that meets bfloat16 warn once, naming it. A bfloat16 conversion
 (``symbolic``) keeps them float32 too, each named in its report.
 """
+import ctypes
 import os
 import re
 import warnings
@@ -51,8 +52,20 @@ def _named(lists):
     return names
 
 
+def _registered(name):
+    """Whether MXNet has an operator registered under ``name`` (one C call, no list made)."""
+    handle = ctypes.c_void_p()
+    try:
+        return base._LIB.NNGetOpHandle(base.c_str(name), ctypes.byref(handle)) == 0 \
+            and bool(handle.value)
+    except (TypeError, ValueError, UnicodeError):  # not text MXNet can take
+        return False
+
+
 def resolves(name):
-    """Whether AMP can wrap ``name`` in both front ends (it raises on one it cannot find).
+    """Whether ``name`` is a registered MXNet op that AMP can wrap in both front ends (it
+    raises on one it cannot find, and on names of modules or attributes that are no op:
+    ``random``, ``contrib``, ``__name__``).
 
     Parameters
     ----------
@@ -63,6 +76,8 @@ def resolves(name):
     -------
     bool
     """
+    if not isinstance(name, str) or not _registered(name):
+        return False
     for module in (ndarray, symbol):
         submodules = {p: getattr(module, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
         fun, where = amp.amp._get_fun_to_wrap(name, module, submodules)

@@ -253,8 +253,8 @@ def test_a_killed_rank_ends_the_job_by_itself_and_names_it(tmp_path):
     ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1"}, "/out/r.json"),
 ])
 def test_mxmixed_run_gives_each_horovod_rank_its_own_report(env, written):
-    from mxmixed.cli import _run as run
-    assert run._report_of_rank("/out/r.json", env) == written
+    from mxmixed.cli._run_report import report_of_rank
+    assert report_of_rank("/out/r.json", env) == written
 
 
 @pytest.mark.slow

@@ -557,3 +557,62 @@ def test_layouts_that_cannot_be_kept_leave_the_plain_op_with_a_warning(monkeypat
                                  "no headers)")
     assert "cannot keep oneDNN layouts" in caplog.text
     assert _round16.blocked_calls() is None
+
+
+# a compiler whose compiles take a while, so that the build can be killed while they run; its
+# log gets "start" and "end" lines around each compile
+SLOW_CXX = r"""#!/bin/sh
+case "$1" in -c) echo start >> "%(log)s"; sleep %(pause)s;; esac
+step="$1"
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-o" ]; then : > "$2"; fi
+  shift
+done
+case "$step" in -c) echo end >> "%(log)s";; esac
+"""
+
+BUILD_IN = """
+import sys
+from mxmixed.emulation import _round16
+print(_round16.build(sys.argv[1], cxx=sys.argv[2]), flush=True)
+"""
+
+
+def test_a_build_waiting_for_the_lock_sweeps_the_objects_of_a_build_killed_under_it(tmp_path):
+    """A build killed by SIGKILL while its compilers run, and another build waiting for the
+    folder's lock: the compilers it started finish after its death and write their objects;
+    the waiting build sweeps only once they are done (they hold the lock), so that nothing of
+    the killed build is left."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import communicate, wait_for
+
+    log = tmp_path / "compiles.log"
+    log.write_text("")
+    slow = tmp_path / "cxx-slow"
+    slow.write_text(SLOW_CXX % {"log": log, "pause": 3})
+    slow.chmod(0o755)
+    fast, _ = fake_compiler(tmp_path)
+    folder = tmp_path / "lib"
+    folder.mkdir(mode=0o700)
+
+    def build(cxx):
+        return subprocess.Popen([sys.executable, "-c", BUILD_IN, str(folder), cxx],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    killed = build(str(slow))
+    wait_for(lambda: "start" in log.read_text(), "the first build's compilers to start")
+    waiting = build(fast)
+    killed.send_signal(signal.SIGKILL)
+    communicate(killed)
+    library = communicate(waiting)[0].strip()
+    assert waiting.returncode == 0
+    lines = log.read_text().split()
+    wait_for(lambda: log.read_text().count("end") == log.read_text().count("start"),
+             "the killed build's compilers to end")
+    assert lines.count("start") >= 1
+    names = sorted(os.listdir(str(folder)))
+    assert names == sorted([".round16.lock", os.path.basename(library),
+                            os.path.basename(library) + ".sha256"])

@@ -28,7 +28,7 @@ OTHER_UID = 4242
 
 def fake_build(monkeypatch, calls):
     """Builds that only write a small file: the folder and record logic without a compiler."""
-    def build_into(path, compiler, cxx, sources, flags, exports=()):
+    def build_into(path, compiler, cxx, sources, flags, exports=(), lock=None):
         calls.append(path)
         tmp = path + ".new"
         with open(tmp, "wb") as handle:
@@ -218,7 +218,7 @@ def seed_cache(folder, session_libraries, cxx=None, layouts=(False, True)):
     that builds with the compiler ``cxx`` give them (``layouts``: which of the two): a cache
     from which a run loads without compiling, for tests of loading rather than of compiling.
     The paths of the copies."""
-    def copy_into(path, compiler, cxx, sources, flags, exports=()):
+    def copy_into(path, compiler, cxx, sources, flags, exports=(), lock=None):
         with open(session_libraries[_round16.LAYOUT_SOURCE in sources], "rb") as handle:
             data = handle.read()
         _round16._write_own(_round16._record_of(path), json.dumps({

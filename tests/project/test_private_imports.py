@@ -14,9 +14,6 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "mxmixed")
-# `mxmixed run` (cli/_run.py, and mxmixed/run.py, which forwards to it) imports private modules
-# until its split (issue 55, item 2) gives them public names; the exemption goes with it.
-EXEMPT = ("mxmixed/cli/_run", "mxmixed/run.py")
 
 
 def _module_name(path, root):
@@ -86,8 +83,6 @@ def _package_files():
 def test_no_module_imports_another_packages_private_module_or_a_private_name():
     found = []
     for path in _package_files():
-        if os.path.relpath(path, ROOT).replace(os.sep, "/").startswith(EXEMPT):
-            continue
         found += private_imports(path)
     assert found == [], "give the name a public home in its package:\n" + "\n".join(found)
 

@@ -144,18 +144,17 @@ def test_workers_do_not_outlive_a_run_killed_outright(tmp_path):
 # child has put SIGTERM's default back. Delivered then to the runner's handler, it was lost.
 SIGTERM_IN_THE_FORK_WINDOW = """
 import os, signal
-from mxmixed.cli import _run
+from mxmixed._files.signals import sigterm_raises
 
 go_r, go_w = os.pipe()
 os.register_at_fork(after_in_child=lambda: os.read(go_r, 1))
-_run._reset_sigterm_in_forked_children()
-signal.signal(signal.SIGTERM, _run._terminate)
-pid = os.fork()
-if pid == 0:
-    os._exit(0)
-os.kill(pid, signal.SIGTERM)
-os.write(go_w, b"x")
-_, status = os.waitpid(pid, 0)
+with sigterm_raises(RuntimeError):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.kill(pid, signal.SIGTERM)
+    os.write(go_w, b"x")
+    _, status = os.waitpid(pid, 0)
 print("killed by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
       "exit", os.WEXITSTATUS(status) if os.WIFEXITED(status) else None)
 """

@@ -24,6 +24,15 @@ def _gid(ax, gid):
     return [line for line in ax.get_lines() if line.get_gid() == gid]
 
 
+def drawn_scale_at_each_step(line, steps):
+    """The value of the drawn step line at each step of ``steps``: the last point drawn at or
+    before it (a run of steps with one scale is drawn as its first and last point)."""
+    points = list(zip(line.get_xdata(), line.get_ydata()))
+    assert [x for x, _ in points] == sorted(x for x, _ in points)
+    assert {(x, y) for x, y in points} <= {(s["step"], s["loss_scale"]) for s in steps}
+    return [[y for x, y in points if x <= s["step"]][-1] for s in steps]
+
+
 @pytest.fixture(scope="module")
 def clipped_run(tmp_path_factory):
     """The report and the picture of a float16 run of the client (12 steps)."""
@@ -53,8 +62,8 @@ def test_the_loss_scale_line_and_the_skipped_steps_are_the_reports(clipped_run):
     assert data["summary"]["skipped_steps"], "the client's float16 run is meant to overflow"
     ax, = plot_run(data).axes
     line, = _gid(ax, "loss_scale")
-    assert list(line.get_xdata()) == [s["step"] for s in data["steps"]]
-    assert list(line.get_ydata()) == [s["loss_scale"] for s in data["steps"]]
+    assert drawn_scale_at_each_step(line, data["steps"]) == [
+        s["loss_scale"] for s in data["steps"]]
     assert ax.get_yscale() == "log" and ax.yaxis.get_transform().base == 2
     marks, = _gid(ax, "skipped")
     assert list(marks.get_xdata()) == data["summary"]["skipped_steps"]
@@ -111,3 +120,44 @@ def test_a_picture_that_cannot_be_written_is_one_line_and_keeps_the_exit_code(tm
     err, = [line for line in capsys.readouterr().err.splitlines() if "picture" in line]
     assert err.startswith("mxmixed run: error: cannot draw the report's picture %s: "
                           % (tmp_path / "r.png"))
+
+
+def test_a_long_run_draws_each_run_of_one_loss_scale_as_two_points():
+    # 400,000 steps drawn point by point cost the picture hundreds of MB; a run of steps with
+    # one scale is drawn through its ends, the same step line
+    scales = [65536.0] * 5 + [32768.0] + [65536.0] * 4 + [16384.0] * 2
+    steps = [{"step": n, "trainer": 0, "loss_scale": scale, "skipped": n == 6}
+             for n, scale in enumerate(scales, 1)]
+    ax, = plot_run({"steps": steps, "summary": {"skipped": 1}}).axes
+    line, = _gid(ax, "loss_scale")
+    assert list(line.get_xdata()) == [1, 5, 6, 7, 10, 11, 12]
+    assert drawn_scale_at_each_step(line, steps) == scales
+    marks, = _gid(ax, "skipped")
+    assert (list(marks.get_xdata()), list(marks.get_ydata())) == ([6], [32768.0])
+
+
+def test_a_report_named_like_a_picture_keeps_its_json_and_gets_its_own_picture(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("x = 1\n")
+    assert run_script(str(script), [], report=str(tmp_path / "r.png")) == 0
+    assert json.loads((tmp_path / "r.png").read_text())["status"] == "finished"
+    assert (tmp_path / "r.png.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("name", ["r", "r.json", "r.png", "r.txt"])
+def test_every_rank_writes_a_report_and_a_picture_of_its_own(tmp_path, monkeypatch, name):
+    script = tmp_path / "script.py"
+    script.write_text("import os\nprint(os.environ['HOROVOD_RANK'])\n")
+    written = {}
+    for rank in range(3):
+        monkeypatch.setenv("HOROVOD_RANK", str(rank))
+        monkeypatch.setenv("HOROVOD_SIZE", "3")
+        before = set(os.listdir(str(tmp_path)))
+        assert run_script(str(script), [], report=str(tmp_path / name)) == 0
+        written[rank] = set(os.listdir(str(tmp_path))) - before
+    # each rank adds two new files: nothing of another rank is written over
+    assert all(len(files) == 2 for files in written.values()), written
+    for rank, files in written.items():
+        picture, = [f for f in files if open(str(tmp_path / f), "rb").read(8) == PNG_SIGNATURE]
+        report, = files - {picture}
+        assert json.loads((tmp_path / report).read_text())["pid"] == os.getpid()

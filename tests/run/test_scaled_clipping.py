@@ -79,14 +79,17 @@ def test_unscale_before_clip_makes_the_unmodified_script_learn_like_float32(tmp_
     # it learns as float32 does: both fall by more than a thousand times
     assert plain[-1] < 1e-3 * plain[0] and losses[-1] < 1e-3 * losses[0]
     assert report["summary"]["skipped"] < 10
-    # the float16 run closes with what float16 did to its steps; the float32 run has no such line
+    # the float16 run closes with what float16 did to its steps; the float32 run with a line
+    # that says it never trained in float16
     closing, = _runner_lines(lines, "optimizer steps")
     assert closing == lines[-1]
     assert closing.startswith("mxmixed run: %d optimizer steps in float16 (emulated on the CPU"
                               % STEPS)
     assert ", %d skipped on overflow, loss scale 65536 -> " % report["summary"]["skipped"] \
         in closing
-    assert _runner_lines(plain_lines, "optimizer steps") == []
+    assert _runner_lines(plain_lines, "optimizer steps") == [
+        "mxmixed run: %d optimizer steps, all in float32: the script never trained in float16 "
+        "(no AMP, no float16 parameters); --amp float16 trains it in float16" % STEPS]
 
 
 @pytest.mark.slow
@@ -139,3 +142,43 @@ def test_the_gluon_clip_after_mxmixed_unscale_does_not_warn():
         warnings.simplefilter("always")
         _mxmixed_step(clip)
     assert not [w for w in caught if "loss scale" in str(w.message)]
+
+
+@pytest.mark.parametrize("max_norm", [float("inf"), float("nan"), 0.0, -1.0])
+def test_odd_max_norms_under_the_watch_give_what_mxnet_gives(max_norm):
+    """``clip_global_norm(max_norm=inf)`` (nan, 0, negative) on scaled gradients under the run's
+    watch: MXNet's own result, not an OverflowError from the watch."""
+    import warnings
+
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+
+    import mxmixed
+    from mxmixed._core.patches import Patches
+    from mxmixed.training import ClipWatch
+
+    mxnet_clip = gluon.utils.clip_global_norm
+    with mxmixed.amp_scope():
+        net = gluon.nn.Dense(2, in_units=3)
+        net.initialize()
+        trainer = gluon.Trainer(net.collect_params(), "sgd")
+        mxmixed.init_trainer(trainer, scaler=8)
+        with autograd.record():
+            with mxmixed.scale_loss(net(mx.nd.ones((4, 3))).sum(), trainer) as scaled:
+                scaled.backward()
+        grads = [p.grad() for p in net.collect_params().values()]
+        copies = [g.copy() for g in grads]
+        patches = Patches("test watch")
+        watch = ClipWatch(say=lambda record, text: None).install(patches)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = mxnet_clip(copies, max_norm)
+                got = gluon.utils.clip_global_norm(grads, max_norm)
+        finally:
+            patches.undo()
+            watch.uninstall()
+    assert got == want or (np.isnan(got) and np.isnan(want))
+    for g, c in zip(grads, copies):
+        np.testing.assert_array_equal(g.asnumpy(), c.asnumpy())
