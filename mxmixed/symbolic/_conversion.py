@@ -186,7 +186,8 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ------
     ConversionError
         For an unsupported target dtype, params that do not match the graph, an already
-        converted graph, or unknown layer or op names.
+        converted graph, unknown layer or op names, or a graph of which no layer would compute
+        in the target dtype (the message says why each stays float32).
 
     .. note::
        BatchNorm gamma, beta and moving statistics always stay float32 (MXNet issue #17164).
@@ -282,6 +283,9 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
+    nothing = report.converts_nothing()
+    if nothing:
+        raise ConversionError(nothing)
     detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:

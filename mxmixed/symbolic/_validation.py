@@ -18,6 +18,7 @@ from .. import emulation
 from .._core.convert import ConversionError
 from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16, FLOAT32
+from .._core.graph import as_graph
 from .._core.progress import progress as progress_bars
 from ._bfloat16_emulation import emulation_note
 from ._detections import OutputCheck, compare_outputs
@@ -113,6 +114,9 @@ class Runner:
         if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
             model = (model.symbol, model.arg_params, model.aux_params)
         self.owned = isinstance(model, tuple) and len(model) == 3
+        self.casts_to_float16 = self.owned and any(
+            n.op == "amp_cast" and n.attrs.get("dtype") == "float16"
+            or n.op == "amp_multicast" for n in as_graph(model[0]).nodes)
         if self.owned:
             self.block = symbol_block(*model, ctx, input_types=self.input_types)
         elif isinstance(model, gluon.Block):
@@ -135,6 +139,15 @@ class Runner:
         find them still there. A later call builds them again."""
         if self.owned:
             self.block._clear_cached_op()
+
+    def compute_dtype(self):
+        """The reduced precision this model computes in: 'bfloat16', 'float16', or 'float32'
+        for a model with neither (what a validation then compares)."""
+        if block_facts(self.block).bfloat16:
+            return "bfloat16"
+        if self._has_float16(self.block) or self.casts_to_float16:
+            return "float16"
+        return "float32"
 
     @staticmethod
     def _has_float16(block):
@@ -398,7 +411,7 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
                                   % (sorted({len(r) for r in ref}), count))
     runner = Runner(fp16_model, ctx, input_dtype, input_types=types)
-    target = "bfloat16" if block_facts(runner.block).bfloat16 else "float16"
+    target = runner.compute_dtype()
     got = run_batches(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
