@@ -146,10 +146,12 @@ def _check_one_input(args, sym, arg_params, aux_params):
                           + (" ..." if len(names) > _SHOWN else "")))
 
 
-def _check_named_memory(inference, shapes, count, batch_size, read=0):
+def _check_named_memory(inference, shapes, count, batch_size, read=0, axes=None):
     """Refuse, in one line, named samples whose forward passes (and the ``read`` bytes of
-    their files) would not fit in memory."""
-    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size) + read,
+    their files) would not fit in memory. ``shapes`` are one sample's, without the batch
+    axis, which ``axes`` places (default 0)."""
+    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size, axes)
+                 + read,
                  "%d samples of %s and a forward pass at batch size %d"
                  % (count, ", ".join("%s %s" % (n, ",".join(map(str, s)) or "()")
                                      for n, s in shapes.items()), batch_size))
@@ -226,8 +228,9 @@ def _named_samples(args, symbolic, sym, arg_params, aux_params, count, strict):
                                           err.reason.rsplit("): ", 1)[-1], ", ".join(names))
                        ) from None
     shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
+    # the arrays as they are: their batch axis is the graph's, not always the first
     symbolic.check_params(sym, arg_params, aux_params, source="the params",
-                          data_shapes={n: (1,) + s for n, s in shapes.items()})
+                          data_shapes={n: tuple(a.shape) for n, a in arrays.items()})
     return arrays, shapes
 
 
@@ -258,20 +261,36 @@ def _npz_arrays(args, archive, names, inference, count, strict):
         if len(header.shape) < 1:
             raise CLIError("inputs file %s: array %r must hold one sample per row (N, ...), "
                            "got a scalar" % (path, name))
-        if header.shape[0] < count and strict:
-            raise CLIError("inputs file %s: array %r holds %d samples, fewer than the %d asked "
-                           "for" % (path, name, header.shape[0], count))
-    lengths = {header.shape[0] for header in headers.values()}
+    from ..symbolic._batch import batch_axes
+
+    # the samples lie along each array's batch axis as the graph defines it: axis 1 of a
+    # time-major (T, N) input and of recurrent states (layers, N, hidden)
+    axes = batch_axes(inference, {n: h.shape for n, h in headers.items()})
+    axis = {n: axes.input_axis(n) for n in names}
+    for name, header in headers.items():
+        held = header.shape[axis[name] or 0]
+        if held < count and strict:
+            raise CLIError("inputs file %s: array %r holds %d samples%s, fewer than the %d "
+                           "asked for" % (path, name, held, " (along its batch axis %d)"
+                                          % axis[name] if axis[name] else "", count))
+    lengths = {header.shape[axis[n] or 0] for n, header in headers.items()}
     if len(lengths) > 1:
         raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
-                       % (path, ", ".join("%s %d" % (n, h.shape[0]) for n, h in headers.items())))
+                       % (path, ", ".join("%s %d" % (n, h.shape[axis[n] or 0])
+                                          for n, h in headers.items())))
     rows = min(count, lengths.pop())
-    _check_named_memory(inference, {n: h.shape[1:] for n, h in headers.items()}, rows,
-                        args.batch_size, sum(rows * h.row_items * h.dtype.itemsize
-                                             for h in headers.values()))
+    sample = {n: tuple(d for k, d in enumerate(h.shape) if k != (axis[n] or 0))
+              for n, h in headers.items()}
+    _check_named_memory(inference, sample, rows, args.batch_size,
+                        sum(rows * h.row_items * h.dtype.itemsize for h in headers.values()),
+                        axis)
     out = {}
     for name in names:
-        value = archive.rows(name, rows)
+        if axis[name]:  # read whole, then the first samples along the batch axis
+            value = archive.rows(name, headers[name].shape[0])
+            value = np.take(value, np.arange(rows), axis=axis[name])
+        else:
+            value = archive.rows(name, rows)
         if value.dtype.kind in "iub":
             if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
                 raise CLIError("inputs file %s: array %r holds integers beyond int32"

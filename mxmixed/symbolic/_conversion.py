@@ -254,7 +254,8 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
     if input_types is None and isinstance(calibration, dict):
-        input_types = batch_types(split_batches(calibration, batch_size))
+        input_types = batch_types(split_batches(calibration, batch_size,
+                                                (sym, arg_params, aux_params)))
     input_types = {n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_names}
     notes = []
     # calibration and validation compare with the model given, never with the folded one
@@ -385,7 +386,7 @@ def _calibrate(model, folded, report, calibration, batch_size, ctx, progress, no
     names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
     # one sample at a time: the memory of a run grows with its batch
     outputs, peaks = layer_peaks(*model, [folded.get(n, n) for n in names],
-                                 split_batches(calibration, 1), default_ctx(ctx), progress,
+                                 split_batches(calibration, 1, model), default_ctx(ctx), progress,
                                  "calibrate: float32 run", input_types=input_types)
     tiny, heads = underflow_layers(names, peaks, outputs)
     if tiny or heads:

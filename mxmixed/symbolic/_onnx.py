@@ -28,8 +28,8 @@ from ._detections import compare_outputs
 from ._inference import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
-from ._validation import (Model, Runner, ValidationReport, batch_size_of, batch_types,
-                          progress_bar, run_batches, split_batches)
+from ._validation import (Model, Runner, ValidationReport, batch_first, batch_size_of,
+                          batch_types, join_outputs, progress_bar, run_batches, split_batches)
 
 __all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
@@ -271,7 +271,7 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
     feed = session.get_inputs()
     outputs = outputs or [o.name for o in session.get_outputs()]
     ctx = default_ctx(ctx)
-    batches = split_batches(inputs, batch_size)
+    batches = split_batches(inputs, batch_size, fp32_model)
     ref = run_batches(Runner(fp32_model, ctx, input_types=batch_types(batches)), batches,
                       progress, "validate float32 (MXNet)")
     got = None
@@ -285,15 +285,17 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
             got = [[] for _ in outs]
         for store, out in zip(got, outs):
             store.append(np.asarray(out, dtype=np.float32))
-    got = [np.concatenate(parts) for parts in got]
+    got = join_outputs(got, batches.axes)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("MXNet and onnxruntime give outputs of different shapes: %s and "
                               "%s" % ([a.shape for a in ref], [b.shape for b in got]))
+    ref, got = batch_first(ref, batches.axes), batch_first(got, batches.axes)
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     device = ("onnxruntime %s %s (float16 on a CPU: no faster than float32, often slower; "
               "not a speed measure); float32 reference: MXNet on %s"
               % (ort.__version__, session.get_providers()[0], ctx))
-    return ValidationReport(samples=sum(batch_size_of(b) for b in batches), max_abs_error=abs_err,
+    return ValidationReport(samples=sum(batch_size_of(b, batches.axes) for b in batches),
+                            max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=device, seconds=time.perf_counter() - start, checks=checks)
 

@@ -289,8 +289,6 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     input, or are lists with one entry per data input in the graph's order.
     """
     onnx, _ = onnx_packages()
-    from onnx import numpy_helper
-
     exporter = _exporter()
     graph = as_graph(sym)
     missing = _missing_converters(graph, exporter.registry_)
@@ -307,25 +305,48 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     keep = mx.sym.load_json(sym.tojson(remove_amp_cast=False))
     keep.__class__ = _KeepCasts
     newest = onnx.defs.onnx_opset_version()
-    for opset in (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,):
+    opsets = (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,)
+    for opset in opsets:
+        # MXNet 1.9.1's converters write some ops in their opset-17 form (LayerNorm's
+        # ReduceMean axes as an attribute, Split's sizes, Tile's repeats), which the checker
+        # or onnxruntime refuse at a newer opset: such a graph is written at opset 17
         try:
-            with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
-                    _graph_check_at(onnx, opset), _raw_initializers(exporter):
-                warnings.simplefilter("ignore", DeprecationWarning)
-                graph_proto = exporter().create_onnx_graph_proto(
-                    keep, params, [(1,) + tuple(s) for s in input_shape],
-                    [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
-                    dynamic_input_shapes=[(None,) + tuple(s) for s in input_shape])
-            break
-        except onnx.checker.ValidationError as err:
-            # MXNet 1.9.1's LayerNorm converter writes ReduceMean's axes as an attribute,
-            # which opset 18 moved to an input: such a graph is written at opset 17
-            if opset == _OPSET_AXES_ATTRIBUTE or "axes" not in str(err):
-                raise ConversionError("MXNet's ONNX exporter failed: %s"
-                                      % _first_line(err)) from None
-        except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
-                ValueError, IndexError, mx.base.MXNetError) as err:
-            raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
+            model = _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, opset)
+            if opset != opsets[-1]:
+                _loads_in_onnxruntime(model)
+            return model, opset
+        except ConversionError:
+            if opset == opsets[-1]:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _loads_in_onnxruntime(model):
+    """Raise ConversionError where onnxruntime cannot load ``model``."""
+    _, ort = onnx_packages()
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise ConversionError("onnxruntime cannot load the model: %s" % one_line(err)) from None
+
+
+def _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, opset):
+    """The exported, checked ONNX model at ``opset``; ConversionError where it fails."""
+    from onnx import numpy_helper
+
+    try:
+        with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
+                _graph_check_at(onnx, opset), _raw_initializers(exporter):
+            warnings.simplefilter("ignore", DeprecationWarning)
+            graph_proto = exporter().create_onnx_graph_proto(
+                keep, params, [(1,) + tuple(s) for s in input_shape],
+                [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
+                dynamic_input_shapes=[(None,) + tuple(s) for s in input_shape])
+    except onnx.checker.ValidationError as err:
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % _first_line(err)) from None
+    except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
+            ValueError, IndexError, mx.base.MXNetError) as err:
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
@@ -344,4 +365,4 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
         raise ConversionError("the exported ONNX model fails onnx.checker: %s"
                               % one_line(err)) from None
-    return model, opset
+    return model

@@ -203,7 +203,8 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
     start = time.perf_counter()
-    ev = _Evaluator(sym, arg_params, aux_params, split_batches(inputs, batch_size), default_ctx(ctx),
+    batches = split_batches(inputs, batch_size, (sym, arg_params, aux_params))
+    ev = _Evaluator(sym, arg_params, aux_params, batches, default_ctx(ctx),
                     rule, progress, options)
     names, peaks = ev.names, dict(zip(ev.names, ev.stats32.peak))
     try:
