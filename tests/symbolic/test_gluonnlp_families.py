@@ -1,0 +1,154 @@
+"""GluonNLP 0.10.0's families through ``mxmixed convert``, at tiny sizes: time-major language
+models with their states as inputs and outputs, the convolutional encoder over time, Highway
+(ONNX at the opset onnxruntime loads), fastText's dense embedding product (nothing converts to
+bfloat16), and the batch axes that calibration and validation split and join along."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+from conftest import run_convert
+from mxmixed import symbolic
+from mxmixed.symbolic._batch import batch_axes
+from mxmixed.symbolic._inference import inference_graph
+
+nlp = pytest.importorskip("gluonnlp")
+
+T, N, VOCAB, HIDDEN = 6, 3, 40, 8
+
+
+class _WithStates(gluon.HybridBlock):
+    """A language model whose begin states are data inputs and whose states are outputs."""
+
+    def __init__(self, lm):
+        super().__init__()
+        with self.name_scope():
+            self.lm = lm
+
+    def hybrid_forward(self, F, x, h, c):
+        out, states = self.lm(x, [h, c])
+        return [out] + list(states)
+
+
+def _export(net, inputs, prefix):
+    net.hybridize()
+    net(*[mx.nd.array(v, dtype=v.dtype) for v in inputs])
+    net.export(prefix)
+    names = ["data"] if len(inputs) == 1 else ["data%d" % i for i in range(len(inputs))]
+    np.savez(prefix + "-inputs.npz", **dict(zip(names, inputs)))
+    return prefix
+
+
+def _lm():
+    vocab = nlp.Vocab(nlp.data.count_tokens(["w%d" % i for i in range(VOCAB - 4)]))
+    mx.random.seed(0)
+    lm = nlp.model.language_model.StandardRNN("lstm", len(vocab), HIDDEN, HIDDEN, 1,
+                                              dropout=0.0, tie_weights=True)
+    lm.initialize(mx.init.Xavier())
+    return lm
+
+
+@pytest.fixture(scope="module")
+def lm_states(tmp_path_factory):
+    """A tiny standard LSTM LM: ids (T, N), states (1, N, HIDDEN) in and out."""
+    rng = np.random.RandomState(0)
+    inputs = [rng.randint(1, VOCAB - 4, (T, N)).astype(np.int32),
+              np.zeros((1, N, HIDDEN), np.float32), np.zeros((1, N, HIDDEN), np.float32)]
+    return _export(_WithStates(_lm()), inputs, str(tmp_path_factory.mktemp("lm") / "lm"))
+
+
+def _load(prefix):
+    sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
+    data = np.load(prefix + "-inputs.npz")
+    return (sym, args, auxs), {k: data[k] for k in data.files}
+
+
+def test_batch_axes_of_a_time_major_lm_with_states_are_its_second(lm_states):
+    (sym, _, _), inputs = _load(lm_states)
+    axes = batch_axes(inference_graph(sym), {k: v.shape for k, v in inputs.items()})
+    assert axes.inputs == {"data0": 1, "data1": 1, "data2": 1}
+    assert axes.outputs == (1, 1, 1)
+
+
+def test_float16_calibration_and_validation_keep_the_states_shape(lm_states):
+    model32, inputs = _load(lm_states)
+    converted = symbolic.convert(*model32, calibration=inputs, batch_size=1)
+    ref = converted.calibration_outputs
+    assert [r.shape for r in ref] == [(T, N, VOCAB), (1, N, HIDDEN), (1, N, HIDDEN)]
+    check = symbolic.validate(None, converted, inputs, batch_size=2, progress=False,
+                              reference=ref)
+    assert check.samples == N and check.target_dtype == "float16"
+    assert check.passes(0.01), check
+
+
+def test_cli_validates_the_lm_with_states_in_float16(lm_states, tmp_path, capsys):
+    code, out, err = run_convert([lm_states, "0", "--out", str(tmp_path / "lm16"), "--validate",
+                                  str(N), "--inputs", lm_states + "-inputs.npz",
+                                  "--batch-size", "2"], capsys)
+    assert code == 0, err
+    assert "Validation: float16 against float32" in out and "samples             %d" % N in out
+
+
+def _dot_model(prefix):
+    """fastText's inference: a dense bag of word and subword weights times the embedding."""
+    x = mx.sym.var("data")
+    w = mx.sym.var("embedding_weight")
+    sym = mx.sym.dot(x, w)
+    args = {"embedding_weight": mx.nd.array(np.random.RandomState(0).randn(30, 4))}
+    return sym, args, {}
+
+
+def test_a_bfloat16_conversion_that_converts_nothing_is_refused_with_the_reason():
+    sym, args, auxs = _dot_model(None)
+    with pytest.raises(symbolic.ConversionError,
+                       match="nothing converts to bfloat16: all 1 layers stay float32 "
+                             r"\(dot: no bfloat16 kernel"):
+        symbolic.convert(sym, args, auxs, target_dtype="bfloat16")
+
+
+def test_load_bfloat16_names_a_float32_file_as_float32(tmp_path):
+    if not mxmixed_bfloat16_runs():
+        pytest.skip("this CPU cannot run bfloat16")
+    sym, args, auxs = _dot_model(None)
+    prefix = str(tmp_path / "f32")
+    mx.model.save_checkpoint(prefix, 0, sym, args, auxs)
+    with pytest.raises(symbolic.ConversionError, match="is a float32 model, not a bfloat16 one"):
+        symbolic.load_bfloat16(prefix, 0)
+
+
+def mxmixed_bfloat16_runs():
+    from mxmixed import bfloat16_support
+    return bfloat16_support()[0]
+
+
+@pytest.mark.slow
+def test_time_major_convolutional_encoder_passes_the_memory_check_and_validates(tmp_path,
+                                                                              capsys):
+    """--validate 20 --batch-size 20 was refused: the pre-check inferred at batch 1, one time
+    step, which a convolution over 2 steps refuses."""
+    mx.random.seed(0)
+    net = nlp.model.ConvolutionalEncoder(embed_size=4, num_filters=(4, 4),
+                                         ngram_filter_sizes=(2, 3), output_size=None)
+    net.initialize(mx.init.Xavier())
+    x = np.random.RandomState(0).randn(T, 20, 4).astype(np.float32)
+    prefix = _export(net, [x], str(tmp_path / "conv"))
+    code, out, err = run_convert([prefix, "0", "--out", str(tmp_path / "conv16"), "--validate",
+                                  "20", "--batch-size", "20", "--inputs",
+                                  prefix + "-inputs.npz"], capsys)
+    assert code == 0, err
+    assert "samples             20" in out
+
+
+@pytest.mark.slow
+def test_highway_exports_to_onnx_at_an_opset_onnxruntime_loads(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    mx.random.seed(0)
+    net = nlp.model.Highway(8, num_layers=2)
+    net.initialize(mx.init.Xavier())
+    x = np.random.RandomState(0).randn(4, 8).astype(np.float32)
+    prefix = _export(net, [x], str(tmp_path / "highway"))
+    code, out, err = run_convert([prefix, "0", "--out", str(tmp_path / "hw16"), "--format",
+                                  "onnx", "--validate", "4", "--inputs", prefix + "-inputs.npz"],
+                                 capsys)
+    assert code == 0, err
+    assert "ONNX: opset 17" in out
