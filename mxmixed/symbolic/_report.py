@@ -126,12 +126,14 @@ class ConversionReport:
                    len(self.fp32_layers), ": " + why if why else "", timing))
 
     def converts_nothing(self) -> Optional[str]:
-        """Why no layer computes in the target dtype, in one line; None when one does.
+        """Why no layer computes in the target dtype and no param is stored in it, in one line;
+        None when one does, or one is.
 
         Such a conversion would write a float32 model under a float16 or bfloat16 name, which
         ``load_bfloat16`` refuses and which saves nothing.
         """
-        if any(d == self.target_dtype for d in self.layer_dtypes.values()):
+        if (any(d == self.target_dtype for d in self.layer_dtypes.values())
+                or self.param_bytes_after.get(self.target_dtype)):
             return None
         by_op = {}
         for _, op, reason in self.fp32_layers:
