@@ -25,7 +25,7 @@ from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_floa
 from ._options import ConvertOptions, options_from
 from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
-from ._rewrite import fold_constants, mask_softmax
+from ._rewrite import fold_constants, guard_control_flow, mask_softmax
 from ._validation import batch_types, split_batches
 
 __all__ = ["convert", "ConvertedModel"]
@@ -272,6 +272,7 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     if target == "bfloat16":
         request_amx()
         sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
+    sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
                                                    notes, input_types)
@@ -318,6 +319,23 @@ def _rewrite_for_onednn(sym, arg32, aux32, notes):
                      "length; one shared by self-attention layers with the same lengths) and a "
                      "plain softmax, which oneDNN runs: %s" % (len(masked), _names(masked)))
     return (graph.to_symbol() if folded or masked else sym), arg32, aux32
+
+
+def _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes):
+    """Control-flow ops kept float32, with the casts in front of them (:mod:`._rewrite`),
+    given their reason and a note."""
+    known = {n: np.dtype(v.dtype) for n, v in list(arg32.items()) + list(aux32.items())}
+    known.update({n: FLOAT32 for n in data_names})
+    known.update(input_types or {})
+    graph, loops, casts = guard_control_flow(sym, known)
+    if not loops:
+        return sym
+    for name in loops + casts:
+        reasons.setdefault(name, "control flow")
+    notes.append("%d control-flow op(s) kept float32, their floating inputs cast to float32 in "
+                 "front of them: MXNet's AMP pass cannot convert inside their subgraphs "
+                 "(--exclude-op does not reach there): %s" % (len(loops), _names(loops)))
+    return graph.to_symbol()
 
 
 def _check_convert_arguments(sym, arg_params, aux_params):
@@ -383,7 +401,10 @@ def _calibrate(model, folded, report, calibration, batch_size, ctx, progress, no
 
     Returns the float32 outputs, which :func:`validate` can reuse as its reference.
     """
-    names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
+    given = {node.name for node in as_graph(model[0]).nodes}
+    # the layers of the model given (not the casts a rewrite added in front of control flow)
+    names = [n for n, d in report.layer_dtypes.items()
+             if d == "float16" and folded.get(n, n) in given]
     # one sample at a time: the memory of a run grows with its batch
     outputs, peaks = layer_peaks(*model, [folded.get(n, n) for n in names],
                                  split_batches(calibration, 1, model), default_ctx(ctx), progress,

@@ -1,6 +1,13 @@
-"""float32 rewrites of an inference graph before a bfloat16 conversion, for oneDNN's sake.
+"""float32 rewrites of an inference graph before a conversion.
 
-Two rewrites, each equal to the graph it replaces within float32 rounding:
+:func:`guard_control_flow` runs before every conversion: MXNet's AMP pass types the inside of a
+control-flow op (``_foreach``, ``_while_loop``, ``_cond``) from the dtypes that reach it and
+does not convert it consistently (ELMo's LSTM loop: "Incompatible attr ... expected float16,
+got float32"), and excluding the op does not cast what flows into it. Each floating input that
+an op computes is cast to float32 (a ``Cast`` node, an identity in the float32 model) in front
+of the op, so the subgraph runs in float32 as written, whatever the layers around it become.
+
+Two rewrites before a bfloat16 conversion, for oneDNN's sake, each equal to the graph it replaces within float32 rounding:
 
 * :func:`fold_constants`: a value computed from params alone (gluonnlp's attention concatenates
   its query, key and value weights, and stacks their biases, on every call) is computed once,
@@ -24,9 +31,13 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import as_graph, attr_ints, unused_name
+from .._core.dtypes import FLOAT32, is_floating
+from .._core.graph import Record, as_graph, attr_ints, unused_name
 
-__all__ = ["fold_constants", "mask_softmax"]
+__all__ = ["fold_constants", "mask_softmax", "guard_control_flow", "CONTROL_FLOW_OPS"]
+
+#: ops that run a subgraph, which MXNet 1.9.1's AMP pass cannot convert (kept float32)
+CONTROL_FLOW_OPS = ("_foreach", "_while_loop", "_cond")
 
 _MASKED = -1e30  # past a row's length: exp(_MASKED - max) is 0 in float32
 
@@ -266,3 +277,55 @@ def _masked_softmax(node):
     if str(node.attrs.get("use_length", "False")).lower() not in ("true", "1"):
         return False
     return attr_ints(node.attrs.get("axis", "-1")) == (-1,)
+
+
+def guard_control_flow(graph, known):
+    """Keep each control-flow op float32: its floating inputs that an op computes are cast to
+    float32 in front of it.
+
+    Parameters
+    ----------
+    graph : Graph or mxnet.symbol.Symbol
+        The float32 graph.
+    known : dict of str to numpy.dtype
+        The dtypes of its inputs (data and params), for the type inference that says which of
+        a control-flow op's inputs are floating (integer ones stay as they are).
+
+    Returns
+    -------
+    graph : Graph
+        The graph with the casts (the same one where it has no control-flow op).
+    loops, casts : list of str
+        The control-flow ops, and the cast nodes added, by name.
+    """
+    graph = as_graph(graph)
+    nodes = graph.nodes
+    loops = [i for i, node in enumerate(nodes) if node.op in CONTROL_FLOW_OPS]
+    if not loops:
+        return graph, [], []
+    entries = sorted({(src, out) for i in loops for src, out, _ in nodes[i].inputs
+                      if not nodes[src].is_variable})
+    dtypes, _ = graph.entry_dtypes(entries, known) if entries else ({}, {})
+    taken = {node.name for node in nodes}
+    build = graph.rebuild()
+    added, casts = [], {}
+    for i, node in enumerate(nodes):
+        record = build.mapped(node)
+        if i in loops:
+            inputs = []
+            for entry in node.inputs:
+                key = (entry[0], entry[1])
+                if is_floating(dtypes.get(key)):
+                    if key not in casts:
+                        name = unused_name("%s_in%d_float32" % (node.name, len(inputs)), taken)
+                        taken.add(name)
+                        casts[key] = build.add(Record(op="Cast", name=name,
+                                                      attrs={"dtype": "float32"},
+                                                      inputs=[build.entry(entry)]))
+                        added.append(name)
+                    inputs.append([casts[key], 0, 0])
+                else:
+                    inputs.append(build.entry(entry))
+            record["inputs"] = inputs
+        build.place(i, build.add(record))
+    return build.graph(), [nodes[i].name for i in loops], added

@@ -152,3 +152,43 @@ def test_highway_exports_to_onnx_at_an_opset_onnxruntime_loads(tmp_path, capsys)
                                  capsys)
     assert code == 0, err
     assert "ONNX: opset 17" in out
+
+
+class _Loop(gluon.HybridBlock):
+    """A Dense, then a recurrence written with ``foreach`` (as ELMo's BiLM encoder is): a
+    FullyConnected inside the loop's subgraph."""
+
+    def __init__(self):
+        super().__init__()
+        with self.name_scope():
+            self.dense = gluon.nn.Dense(HIDDEN, flatten=False)
+            self.w = self.params.get("cell_weight", shape=(HIDDEN, HIDDEN))
+
+    def hybrid_forward(self, F, x, w):
+        h = self.dense(x)
+
+        def body(step, states):
+            new = F.FullyConnected(step, w, num_hidden=HIDDEN, no_bias=True) + states[0]
+            return new, [new]
+
+        first = F.zeros_like(F.slice_axis(h, axis=0, begin=0, end=1)).reshape((-3, 0))
+        out, _ = F.contrib.foreach(body, h, [first])
+        return out
+
+
+def test_a_foreach_subgraph_is_kept_float32_with_its_reason_and_validates(tmp_path):
+    """MXNet's AMP pass converted inside the loop (ELMo: 'Incompatible attr', here a float16
+    FullyConnected inside the subgraph that no CPU kernel runs)."""
+    mx.random.seed(0)
+    net = _Loop()
+    net.initialize(mx.init.Xavier())
+    x = np.random.RandomState(0).randn(T, N, 4).astype(np.float32)
+    model32 = _load(_export(net, [x], str(tmp_path / "loop")))[0]
+    converted = symbolic.convert(*model32)
+    kept = {name: reason for name, op, reason in converted.report.fp32_layers
+            if op == "_foreach"}
+    assert list(kept.values()) == ["control flow"]
+    assert any("control-flow op(s) kept float32" in note for note in converted.report.notes)
+    assert converted.report.count("FullyConnected", "float16") == 1
+    check = symbolic.validate(model32, converted, x, progress=False)
+    assert check.passes(0.01), check
