@@ -112,7 +112,8 @@ class OnnxModel:
 
 def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Sequence[int]]],
                 float32_model: Optional[Checkpoint] = None,
-                input_types: Optional[Mapping[str, Any]] = None) -> OnnxModel:
+                input_types: Optional[Mapping[str, Any]] = None,
+                batch_axes: Optional[Mapping[str, int]] = None) -> OnnxModel:
     """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
 
     MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
@@ -134,6 +135,9 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
     input_types : dict of str to dtype, optional
         Dtypes of integer data inputs (token ids: int32); the others are float32, or what the
         converted graph declares (float16 after ``keep_io_types=False``).
+    batch_axes : dict of str to int, optional
+        Where each input's batch axis goes in its shape (1 for a time-major ``(T, N)`` input
+        or recurrent states ``(layers, N, hidden)``); by default first.
 
     Returns
     -------
@@ -178,6 +182,7 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
     var_nodes = {n.name: n for n in graph.nodes if n.op == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     shapes = _input_shapes(input_shape, data_names)
+    axes = [int((batch_axes or {}).get(n) or 0) for n in data_names]
     types = {n: np.dtype(t) for n, t in (input_types or {}).items()}
     unknown = sorted(set(types) - set(data_names))
     if unknown:
@@ -189,8 +194,8 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
         sym32, args32, auxs32 = float32_model
         float32_bytes = to_proto(inference_graph(sym32), dict(args32, **auxs32), data_names,
                                  [types.get(n, FLOAT32) for n in data_names],
-                                 shapes)[0].ByteSize()
-    proto, opset = to_proto(sym, params, data_names, dtypes, shapes)
+                                 shapes, axes)[0].ByteSize()
+    proto, opset = to_proto(sym, params, data_names, dtypes, shapes, axes)
     notes = []
     nms = class_aware_nms(graph)
     if nms:

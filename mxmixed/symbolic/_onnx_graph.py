@@ -282,11 +282,12 @@ def _drop_unused_initializers(graph):
         graph.initializer.extend(kept)
 
 
-def to_proto(sym, params, input_name, input_dtype, input_shape):
+def to_proto(sym, params, input_name, input_dtype, input_shape, batch_axes=None):
     """Export one graph with MXNet's exporter; raw initializers, none of them a graph input.
 
     ``input_name``, ``input_dtype`` and ``input_shape`` (one sample's) describe the one data
-    input, or are lists with one entry per data input in the graph's order.
+    input, or are lists with one entry per data input in the graph's order; ``batch_axes``
+    (a list as those, default all 0) says where the dynamic batch axis goes in each shape.
     """
     onnx, _ = onnx_packages()
     exporter = _exporter()
@@ -299,6 +300,7 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     data_names = [n for n in sym.list_inputs() if n not in params]
     if isinstance(input_name, str):
         input_name, input_dtype, input_shape = [input_name], [input_dtype], [input_shape]
+    batch_axes = list(batch_axes or [0] * len(input_name))
     if data_names != list(input_name):
         raise ConversionError("the graph's data inputs are %s, the export was given %s"
                               % (", ".join(data_names), ", ".join(input_name)))
@@ -311,7 +313,8 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
         # ReduceMean axes as an attribute, Split's sizes, Tile's repeats), which the checker
         # or onnxruntime refuse at a newer opset: such a graph is written at opset 17
         try:
-            model = _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, opset)
+            model = _proto_at(onnx, exporter, keep, params, input_dtype, input_shape,
+                              batch_axes, opset)
             if opset != opsets[-1]:
                 _loads_in_onnxruntime(model)
             return model, opset
@@ -330,7 +333,12 @@ def _loads_in_onnxruntime(model):
         raise ConversionError("onnxruntime cannot load the model: %s" % one_line(err)) from None
 
 
-def _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, opset):
+def _batched(shape, axis, size):
+    shape = tuple(shape)
+    return shape[:axis] + (size,) + shape[axis:]
+
+
+def _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, batch_axes, opset):
     """The exported, checked ONNX model at ``opset``; ConversionError where it fails."""
     from onnx import numpy_helper
 
@@ -339,9 +347,10 @@ def _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, opset):
                 _graph_check_at(onnx, opset), _raw_initializers(exporter):
             warnings.simplefilter("ignore", DeprecationWarning)
             graph_proto = exporter().create_onnx_graph_proto(
-                keep, params, [(1,) + tuple(s) for s in input_shape],
+                keep, params, [_batched(s, a, 1) for s, a in zip(input_shape, batch_axes)],
                 [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
-                dynamic_input_shapes=[(None,) + tuple(s) for s in input_shape])
+                dynamic_input_shapes=[_batched(s, a, None)
+                                      for s, a in zip(input_shape, batch_axes)])
     except onnx.checker.ValidationError as err:
         raise ConversionError("MXNet's ONNX exporter failed: %s" % _first_line(err)) from None
     except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,

@@ -192,3 +192,15 @@ def test_a_foreach_subgraph_is_kept_float32_with_its_reason_and_validates(tmp_pa
     assert converted.report.count("FullyConnected", "float16") == 1
     check = symbolic.validate(model32, converted, x, progress=False)
     assert check.passes(0.01), check
+
+
+@pytest.mark.slow
+def test_lm_with_states_exports_to_onnx_with_its_batch_axis_and_validates(lm_states, tmp_path,
+                                                                         capsys):
+    """The exporter was given (1, T) ids and (1, 1, HIDDEN) states: the batch axis put first."""
+    pytest.importorskip("onnxruntime")
+    code, out, err = run_convert([lm_states, "0", "--out", str(tmp_path / "lm16"), "--format",
+                                  "onnx", "--validate", str(N), "--inputs",
+                                  lm_states + "-inputs.npz"], capsys)
+    assert code == 0, err
+    assert "ONNX: opset 17" in out and "samples             %d" % N in out
