@@ -15,8 +15,8 @@ from mxnet import gluon
 
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
-from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
-from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph
+from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT16_MAX, FLOAT32
+from .._core.graph import CAST_OPS, DETECTION_OPS, as_graph, attr_float
 from ..training._unlisted import unlisted_ops
 from ._checkpoints import check_params, data_inputs, save_checkpoint
 from ._fold import fold_batchnorm
@@ -272,6 +272,9 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     if target == "bfloat16":
         request_amx()
         sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
+    constants = _constants_note(nodes, reasons)
+    if constants:
+        notes.append(constants)
     sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
@@ -374,6 +377,9 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
         for node in nodes:
             if node.op in DETECTION_OPS:
                 reasons.setdefault(node.name, "detection op")
+    if target == "float16":
+        for node, value in _constants_beyond_float16(nodes):
+            reasons.setdefault(node.name, "constant beyond float16")
     if target == "bfloat16":
         unlisted = set(unlisted_ops())
         for node in nodes:
@@ -382,6 +388,39 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
             elif node.op in unlisted:
                 reasons.setdefault(node.name, "no bfloat16 kernel known")
     return reasons
+
+
+def _constants_beyond_float16(nodes):
+    """``(node, value)`` for each op whose scalar (``scalar``, ``value``) float16 cannot hold:
+    in float16 it becomes inf (GluonNLP's attention mask ``-1e18 * ones_like(score)``, whose
+    fully padded rows then turn NaN in the softmax)."""
+    found = []
+    for node in nodes:
+        if node.is_variable:
+            continue
+        for key in ("scalar", "value"):
+            try:
+                value = attr_float(node.attrs.get(key), 0.0)
+            except ValueError:
+                continue
+            if np.isfinite(value) and abs(value) > FLOAT16_MAX:
+                found.append((node, value))
+                break
+    return found
+
+
+def _constants_note(nodes, reasons):
+    """The note that names the layers kept float32 for their constant, or None."""
+    kept = [(node, value) for node, value in _constants_beyond_float16(nodes)
+            if reasons.get(node.name) == "constant beyond float16"]
+    if not kept:
+        return None
+    shown = ", ".join("%s (%s %g)" % (node.name, node.op, value) for node, value in kept[:3])
+    return ("%d layer(s) kept float32 because their constant is beyond float16's range "
+            "(+-%g), where it would be inf (an attention mask such as GluonNLP's -1e18: rows "
+            "with every position masked would turn NaN): %s%s"
+            % (len(kept), FLOAT16_MAX, shown,
+               ", ... (%d in all)" % len(kept) if len(kept) > 3 else ""))
 
 
 def _check_batchnorm_float32(graph, arg_params, aux_params):

@@ -204,3 +204,42 @@ def test_lm_with_states_exports_to_onnx_with_its_batch_axis_and_validates(lm_sta
                                   lm_states + "-inputs.npz"], capsys)
     assert code == 0, err
     assert "ONNX: opset 17" in out and "samples             %d" % N in out
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A tiny Transformer decoder (1 layer, 2 heads, 16 units); the memory of sample 1 is
+    fully padded (its memory mask all 0)."""
+    mx.random.seed(0)
+    _, dec, _ = nlp.model.transformer.get_transformer_encoder_decoder(
+        num_layers=1, num_heads=2, units=16, hidden_size=32, dropout=0.0)
+    dec.initialize(mx.init.Xavier())
+
+    class Decode(gluon.HybridBlock):
+        def __init__(self, dec):
+            super().__init__()
+            with self.name_scope():
+                self.dec = dec
+
+        def hybrid_forward(self, F, x, mem, mem_mask, valid_length):
+            return self.dec(x, [mem, mem_mask], valid_length)[0]
+
+    rng = np.random.RandomState(0)
+    mem_mask = np.ones((N, T), np.float32)
+    mem_mask[1] = 0
+    inputs = [rng.randn(N, T, 16).astype(np.float32), rng.randn(N, T, 16).astype(np.float32),
+              mem_mask, np.full((N,), T, np.float32)]
+    return _export(Decode(dec), inputs, str(tmp_path_factory.mktemp("dec") / "dec"))
+
+
+def test_the_attention_mask_constant_stays_float32_and_padded_rows_stay_finite(decoder):
+    """-1e18 * ones_like(score) was inf in float16, and the softmax of a fully masked row
+    NaN."""
+    model32, inputs = _load(decoder)
+    converted = symbolic.convert(*model32)
+    kept = [(op, reason) for _, op, reason in converted.report.fp32_layers
+            if reason == "constant beyond float16"]
+    assert kept and all(op == "_mul_scalar" for op, _ in kept)
+    assert any("_mul_scalar -1e+18" in note for note in converted.report.notes)
+    check = symbolic.validate(model32, converted, inputs, progress=False)
+    assert check.nonfinite_share == 0.0 and check.passes(0.01), check
