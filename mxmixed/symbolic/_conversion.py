@@ -26,6 +26,7 @@ from ._options import ConvertOptions, options_from
 from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
 from ._rewrite import fold_constants, guard_control_flow, mask_softmax
+from ._ties import retie, untie
 from ._validation import batch_types, split_batches
 
 __all__ = ["convert", "ConvertedModel"]
@@ -234,12 +235,14 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 
 
 def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_size=8, ctx=None,
-                 progress=False, start=None, input_types=None):
+                 progress=False, start=None, input_types=None, nothing_is_an_error=True):
     """:func:`convert` with its options in one :class:`ConvertOptions` (what travels inside).
 
     ``input_types`` names the integer data inputs (token ids) and their dtypes; by default
     those of a ``calibration`` dict. They are typed as such, never cast to float16 or made
-    float16 inputs by ``keep_io_types=False``.
+    float16 inputs by ``keep_io_types=False``. With ``nothing_is_an_error`` (the default), a
+    conversion in which nothing is in the target dtype raises ConversionError; the search's
+    candidates, which may keep every layer float32, pass False.
     """
     start = time.perf_counter() if start is None else start
     target = options.target_dtype
@@ -272,13 +275,24 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     if target == "bfloat16":
         request_amx()
         sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
+    else:  # a concat of weights (a fused query/key/value, an RNN's flat params) stored as one
+        sym, arg32, aux32 = _fold_param_values(sym, arg32, aux32, notes)
     constants = _constants_note(nodes, reasons)
     if constants:
         notes.append(constants)
     sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
+    untied, arg32, ties = untie(sym, arg32)
+    sym = untied.to_symbol() if ties else sym
     new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
                                                    bool(options.cast_optional_params), data_names,
                                                    notes, input_types)
+    if ties:
+        retied, new_args, stored = retie(new_sym, new_args, ties, target)
+        new_sym = retied.to_symbol()
+        if stored:
+            notes.append("%d param(s) read by several layers (tied weights) stored once in %s "
+                         "and cast once to float32 for the layers that compute in float32: %s"
+                         % (len(stored), target, _names(stored)))
     graph = as_graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
     if not options.keep_io_types:
@@ -288,7 +302,7 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
-    nothing = report.converts_nothing()
+    nothing = report.converts_nothing() if nothing_is_an_error else None
     if nothing:
         raise ConversionError(nothing)
     detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
@@ -308,6 +322,19 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         report.calibration_seconds = time.perf_counter() - start
     report.notes = notes + report.notes
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
+
+
+def _fold_param_values(sym, arg32, aux32, notes):
+    """Values of params alone computed once and stored (:func:`._rewrite.fold_constants`): the
+    conversion can then store them in float16, where a float32 ``Concat`` of the weights in
+    front of a float16 layer kept every one float32 (GluonNLP's fused query/key/value, an
+    RNN's flat parameter vector)."""
+    graph, arg32, aux32, folded = fold_constants(sym, arg32, aux32)
+    if not folded:
+        return sym, arg32, aux32
+    notes.append("%d value(s) computed from params alone were computed once, in float32, "
+                 "and stored as params: %s" % (len(folded), _names(folded)))
+    return graph.to_symbol(), arg32, aux32
 
 
 def _rewrite_for_onednn(sym, arg32, aux32, notes):

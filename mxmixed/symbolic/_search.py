@@ -265,7 +265,7 @@ class _Evaluator:
                 self.sym, self.arg_params, self.aux_params,
                 dataclasses.replace(self.options, searched_layers=self.options.searched_layers
                                     + tuple(layers)),
-                input_types=self.types) if layers else self.base
+                input_types=self.types, nothing_is_an_error=False) if layers else self.base
         return self.models[key]
 
     def _record(self, layers, error):

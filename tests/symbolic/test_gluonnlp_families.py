@@ -243,3 +243,50 @@ def test_the_attention_mask_constant_stays_float32_and_padded_rows_stay_finite(d
     assert any("_mul_scalar -1e+18" in note for note in converted.report.notes)
     check = symbolic.validate(model32, converted, inputs, progress=False)
     assert check.nonfinite_share == 0.0 and check.passes(0.01), check
+
+
+@pytest.fixture(scope="module")
+def lm_big_vocab(tmp_path_factory):
+    """A tiny LSTM LM whose tied embedding (2000 x 8) is most of its params."""
+    vocab = nlp.Vocab(nlp.data.count_tokens(["w%d" % i for i in range(1996)]))
+    mx.random.seed(0)
+    lm = nlp.model.language_model.StandardRNN("lstm", len(vocab), HIDDEN, HIDDEN, 1,
+                                              dropout=0.0, tie_weights=True)
+    lm.initialize(mx.init.Xavier())
+
+    class Logits(gluon.HybridBlock):
+        def __init__(self, lm):
+            super().__init__()
+            with self.name_scope():
+                self.lm = lm
+
+        def hybrid_forward(self, F, x):
+            return self.lm(x)[0]
+
+    x = np.random.RandomState(0).randint(1, 1996, (T, N)).astype(np.int32)
+    return _export(Logits(lm), [x], str(tmp_path_factory.mktemp("lmv") / "lm"))
+
+
+def test_a_tied_embedding_is_stored_once_in_float16_and_the_file_halves(lm_big_vocab):
+    """The output layer reads the embedding's weight: MXNet's pass refused the float16 output
+    layer and the weight stayed float32 (the float16 file was 100% of float32)."""
+    model32, inputs = _load(lm_big_vocab)
+    converted = symbolic.convert(*model32)
+    weight = [n for n in model32[1] if n.endswith("embedding0_weight")]
+    assert weight and converted.arg_params[weight[0]].dtype == np.float16
+    assert not [n for n in converted.arg_params if "_tied_" in n]
+    assert not [n for n in converted.symbol.list_inputs() if "_tied_" in n]
+    assert converted.report.size_ratio <= 0.51
+    assert converted.report.count("FullyConnected", "float16") == 1
+    assert any("tied weights" in note for note in converted.report.notes)
+    check = symbolic.validate(model32, converted, inputs["data"], progress=False)
+    assert check.passes(0.01), check
+
+
+def test_a_concat_of_weights_is_stored_in_float16(lm_states):
+    """An RNN's flat params are a concat of its weights, computed on every call in float32:
+    folded once into one param, stored float16."""
+    model32, _ = _load(lm_states)
+    converted = symbolic.convert(*model32)
+    assert converted.report.param_bytes_after.get("float32", 0) == 0
+    assert any("computed once" in note for note in converted.report.notes)
