@@ -100,6 +100,10 @@ def convert_samples(args, symbolic, sym, arg_params, aux_params):
         return (samples if wants_samples else None), shapes, types
     _check_one_input(args, sym, arg_params, aux_params)
     shape, header = _sample_shape(args)
+    axis = _npy_batch_axis(sym, arg_params, aux_params, data_names[0], header)
+    if axis:
+        return _npy_along(args, symbolic, (sym, arg_params, aux_params), data_names[0], header,
+                          axis, wants_samples)
     symbolic.check_params(sym, arg_params, aux_params, source="the params",
                           data_shapes={data_names[0]: (1,) + shape})
     count = args.validate or 8
@@ -111,6 +115,70 @@ def convert_samples(args, symbolic, sym, arg_params, aux_params):
     if not wants_samples:
         return None, shape, {}
     return _samples(args, shape, header, count, strict=args.validate > 0), shape, {}
+
+
+def _npy_batch_axis(sym, arg_params, aux_params, name, header):
+    """The batch axis of a .npy's array as the graph defines it (1 for time-major ``(T, N)``
+    ids); 0 for --input-shape, and where the graph cannot tell."""
+    from ..symbolic._batch import batch_axes
+
+    if header is None:
+        return 0
+    inference, _ = _graph_inputs(sym, arg_params, aux_params)
+    return batch_axes(inference, {name: tuple(header.shape)}).input_axis(name) or 0
+
+
+def _npy_along(args, symbolic, model, name, header, axis, wants_samples):
+    """:func:`convert_samples` for a .npy whose samples lie along ``axis``: the whole array is
+    read (its rows are not samples), then the first samples along that axis are kept."""
+    import numpy as np
+
+    from .._files.npz import SamplesFileError, read_header, read_rows
+
+    symbolic.check_params(*model, source="the params", data_shapes={name: tuple(header.shape)})
+    held = header.shape[axis]
+    count = args.validate or 8
+    if args.validate > 0 and held < count:
+        raise CLIError("inputs file %s holds %d samples along its batch axis %d (shape %s), "
+                       "fewer than the %d asked for"
+                       % (args.inputs, held, axis, ",".join(map(str, header.shape)), count))
+    count = min(count, held)
+    shape = tuple(d for k, d in enumerate(header.shape) if k != axis)
+    read = header.shape[0] * header.row_items * header.dtype.itemsize
+    check_memory(estimate_convert_memory(inference_of(model), name, shape, count,
+                                         args.batch_size, {name: axis}) + read,
+                 "%d samples of shape %s (batch axis %d) and a forward pass at batch size %d"
+                 % (count, ",".join(map(str, header.shape)), axis, args.batch_size))
+    if not wants_samples:
+        return None, shape, {}
+    try:
+        with open(args.inputs, "rb") as handle:
+            read_header(handle, args.inputs)
+            whole = read_rows(handle, header, header.shape[0], args.inputs)
+    except SamplesFileError as err:
+        raise CLIError("--inputs: %s" % err) from None
+    except OSError as err:
+        raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
+                       ) from None
+    samples = np.take(whole, np.arange(count), axis=axis)
+    types = {}
+    if samples.dtype.kind in "iu":  # token ids: passed as int32, never as floats
+        samples, types = samples.astype(np.int32), {name: np.dtype(np.int32)}
+    else:
+        samples = samples.astype(np.float32)
+        bad = samples.size - int(np.isfinite(samples).sum())
+        if bad:
+            raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as "
+                           "float32); a validation on them proves nothing"
+                           % (args.inputs, bad, samples.size))
+    return samples, shape, types
+
+
+def inference_of(model):
+    """The inference graph of a (sym, args, auxs) model."""
+    from ..symbolic._inference import inference_graph
+
+    return inference_graph(model[0])
 
 
 def _declared_types(args):

@@ -290,3 +290,18 @@ def test_a_concat_of_weights_is_stored_in_float16(lm_states):
     converted = symbolic.convert(*model32)
     assert converted.report.param_bytes_after.get("float32", 0) == 0
     assert any("computed once" in note for note in converted.report.notes)
+
+
+def test_a_time_major_npy_is_read_along_its_batch_axis(lm_big_vocab, tmp_path, capsys):
+    """(T, N) token ids in one .npy: the samples are its columns, not its first rows (the
+    first 3 rows would have been 3 time steps of every sequence)."""
+    ids = np.load(lm_big_vocab + "-inputs.npz")["data"]
+    path = str(tmp_path / "ids.npy")
+    np.save(path, ids)
+    code, out, err = run_convert([lm_big_vocab, "0", "--out", str(tmp_path / "lm16"),
+                                  "--validate", str(N), "--inputs", path], capsys)
+    assert code == 0, err
+    assert "samples             %d" % N in out and "data=int32" in out
+    code, _, err = run_convert([lm_big_vocab, "0", "--out", str(tmp_path / "lm16b"),
+                                "--validate", str(N + 1), "--inputs", path], capsys)
+    assert code == 2 and "along its batch axis 1" in err
