@@ -159,6 +159,9 @@ def command(args):
         _check_excluded_layers(args, given[0])
         samples, shape, types = convert_samples(args, symbolic, *given)
         model = _convert_model(args, symbolic, *given, samples, types)
+        nothing = model.report.converts_nothing()
+        if nothing:  # float16 only: a bfloat16 conversion that converts nothing is refused
+            print("mxmixed convert: warning: %s" % nothing, file=sys.stderr)
         exported = None
         if args.format == "onnx":
             shape, axes = _onnx_shapes(given, samples, shape)

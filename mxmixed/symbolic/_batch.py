@@ -73,7 +73,7 @@ def _infer(sym, probes, shapes):
             wanted = set(probes.list_arguments())
             _, probed, _ = probes._infer_shape_impl(
                 True, **{n: s for n, s in shapes.items() if n in wanted})
-    except mx.base.MXNetError:
+    except Exception:  # MXNetError; a bare Exception for a tensor over 2^31 elements
         return None
     if outs is None or any(s is None for s in outs):
         return None
@@ -147,9 +147,7 @@ def batch_axes(sym, shapes):
     if base is None:
         return DEFAULT_AXES
     outs, anchors = base
-    largest = max([d for s in shapes.values() for d in s]
-                  + [d for s in outs for d in s] + [d for s in anchors for d in s] + [1])
-    other = largest + 7
+    known = {d for s in list(shapes.values()) + outs + anchors for d in s}
     sizes = []
     for axis in range(max(len(s) for s in shapes.values())):
         for s in shapes.values():
@@ -157,6 +155,9 @@ def batch_axes(sym, shapes):
                 sizes.append(s[axis])
     neutral = None
     for n in sizes:
+        other = n + 1  # the next size that no axis has: small, and told apart from the rest
+        while other in known:
+            other += 1
         options = [[k for k, d in enumerate(s) if d == n] or [None] for s in shapes.values()]
         for combo in itertools.islice(itertools.product(*options), _MOST_COMBINATIONS):
             if all(k is None for k in combo):

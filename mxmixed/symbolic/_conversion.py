@@ -187,8 +187,9 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ------
     ConversionError
         For an unsupported target dtype, params that do not match the graph, an already
-        converted graph, unknown layer or op names, or a graph of which no layer would compute
-        in the target dtype (the message says why each stays float32).
+        converted graph, unknown layer or op names, or a bfloat16 conversion of which no layer
+        would compute in bfloat16 (the message says why each stays float32; a float16 one that
+        converts nothing says so in the report's notes).
 
     .. note::
        BatchNorm gamma, beta and moving statistics always stay float32 (MXNet issue #17164).
@@ -241,8 +242,9 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     ``input_types`` names the integer data inputs (token ids) and their dtypes; by default
     those of a ``calibration`` dict. They are typed as such, never cast to float16 or made
     float16 inputs by ``keep_io_types=False``. With ``nothing_is_an_error`` (the default), a
-    conversion in which nothing is in the target dtype raises ConversionError; the search's
-    candidates, which may keep every layer float32, pass False.
+    bfloat16 conversion in which nothing is in bfloat16 raises ConversionError, a float16 one
+    says so in a note; the search's candidates, which may keep every layer float32, pass
+    False.
     """
     start = time.perf_counter() if start is None else start
     target = options.target_dtype
@@ -303,8 +305,10 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
     nothing = report.converts_nothing() if nothing_is_an_error else None
-    if nothing:
+    if nothing and target == "bfloat16":  # load_bfloat16 would refuse the file
         raise ConversionError(nothing)
+    if nothing:  # a float32 file that load_float16 loads: said, not refused
+        notes.append("warning: " + nothing)
     detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:

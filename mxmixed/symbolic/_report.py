@@ -144,8 +144,8 @@ class ConversionReport:
         fix = ("serve the float32 model as it is, or convert to float16"
                if self.target_dtype == "bfloat16" else
                "serve the float32 model as it is, or exclude fewer layers")
-        return ("nothing converts to %s: all %d layers stay float32 (%s), so the result would "
-                "be the float32 model under a %s name; %s"
+        return ("nothing converts to %s: all %d layers stay float32 (%s), so the converted "
+                "model is the float32 model under a %s name; %s"
                 % (self.target_dtype, len(self.layer_dtypes), why or "no computing layer",
                    self.target_dtype, fix))
 

@@ -305,3 +305,11 @@ def test_a_time_major_npy_is_read_along_its_batch_axis(lm_big_vocab, tmp_path, c
     code, _, err = run_convert([lm_big_vocab, "0", "--out", str(tmp_path / "lm16b"),
                                 "--validate", str(N + 1), "--inputs", path], capsys)
     assert code == 2 and "along its batch axis 1" in err
+
+
+def test_a_float16_conversion_that_converts_nothing_says_so_in_a_warning():
+    x = mx.sym.var("data")
+    sym = mx.sym.relu(x * 2.0 + 1.0)
+    converted = symbolic.convert(sym, {}, {})
+    assert any(note.startswith("warning: nothing converts to float16: all 3 layers stay "
+                               "float32") for note in converted.report.notes)
