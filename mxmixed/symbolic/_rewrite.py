@@ -7,16 +7,17 @@ got float32"), and excluding the op does not cast what flows into it. Each float
 an op computes is cast to float32 (a ``Cast`` node, an identity in the float32 model) in front
 of the op, so the subgraph runs in float32 as written, whatever the layers around it become.
 
-Two rewrites before a bfloat16 conversion, for oneDNN's sake, each equal to the graph it replaces within float32 rounding:
+Two more rewrites, each equal to the graph it replaces within float32 rounding:
 
-* :func:`fold_constants`: a value computed from params alone (gluonnlp's attention concatenates
-  its query, key and value weights, and stacks their biases, on every call) is computed once,
-  in float32, and stored as a param, which the conversion may then store in bfloat16. Nothing
+* :func:`fold_constants` (every conversion): a value computed from params alone (gluonnlp's
+  attention concatenates its query, key and value weights, and stacks their biases, on every
+  call; an RNN's flat params are a concat of its weights) is computed once, in float32, and
+  stored as a param, which the conversion may then store in float16 or bfloat16. Nothing
   that reads a data input, and no op without inputs (random draws), is folded; nor a value
   larger than the params it is made of (a broadcast would grow the file).
-* :func:`mask_softmax`: a ``softmax`` with ``use_length=True`` (gluonnlp's masked attention)
-  runs in MXNet's generic kernel, one row at a time in float64. It becomes a ``SequenceMask``
-  that sets the positions past each row's length to -1e30, then a plain ``softmax``, which
+* :func:`mask_softmax` (bfloat16, for oneDNN's sake): a ``softmax`` with ``use_length=True``
+  (gluonnlp's masked attention) runs in MXNet's generic kernel, one row at a time in float64.
+  It becomes a ``SequenceMask`` that sets the positions past each row's length to -1e30, then a plain ``softmax``, which
   oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked positions get 0 as before and
   the others the same values. A row of length 0 differs: MXNet's kernel gives zeros, the
   rewrite an even spread. Self-attention scores (``_contrib_interleaved_matmul_selfatt_qk``,
@@ -31,7 +32,7 @@ import numpy as np
 
 import mxnet as mx
 
-from .._core.dtypes import FLOAT32, is_floating
+from .._core.dtypes import is_floating
 from .._core.graph import Record, as_graph, attr_ints, unused_name
 
 __all__ = ["fold_constants", "mask_softmax", "guard_control_flow", "CONTROL_FLOW_OPS"]
