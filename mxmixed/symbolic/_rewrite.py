@@ -16,17 +16,18 @@ Two more rewrites, each equal to the graph it replaces within float32 rounding:
   that reads a data input, and no op without inputs (random draws), is folded; nor a value
   larger than the params it is made of (a broadcast would grow the file).
 * :func:`mask_softmax` (bfloat16, for oneDNN's sake): a ``softmax`` with ``use_length=True``
-  (gluonnlp's masked attention) runs in MXNet's generic kernel, one row at a time in float64.
-  It becomes a ``SequenceMask`` that sets the positions past each row's length to -1e30, then
-  a plain ``softmax``, which oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked
-  positions get 0 as before and the others the same values. A row of length 0 differs: MXNet's kernel gives zeros, the
-  rewrite an even spread. Self-attention scores (``_contrib_interleaved_matmul_selfatt_qk``,
-  square in their last two axes) whose lengths are computed alike (gluonnlp repeats the
-  computation in every layer) share one mask instead: -1e30 past each row's length, 0 before
-  it, made once by a ``SequenceMask`` of zeros and added to each layer's scores (oneDNN's
-  ``sum``; ``SequenceMask`` copies its input single-threaded). ``x + 0`` is ``x`` and
-  ``x + -1e30`` is -1e30 for any ``|x| < 2**75``, so the softmax gets the same values; only a
-  non-finite score past a row's length differs (it was replaced, now it stays).
+  (gluonnlp's masked attention) runs in MXNet's generic kernel, one row at a time in float64. It
+  becomes a ``SequenceMask`` that sets the positions past each row's length to -1e30, then a
+  plain ``softmax``, which oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked
+  positions get 0 as before and the others the same values. A row of length 0 differs: MXNet's
+  kernel gives zeros, the rewrite an even spread. Self-attention scores
+  (``_contrib_interleaved_matmul_selfatt_qk``, square in their last two axes) whose lengths are
+  computed alike (gluonnlp repeats the computation in every layer) share one mask instead: -1e30
+  past each row's length, 0 before it, made once by a ``SequenceMask`` of zeros and added to
+  each layer's scores (oneDNN's ``sum``; ``SequenceMask`` copies its input single-threaded).
+  ``x + 0`` is ``x`` and ``x + -1e30`` is -1e30 for any ``|x| < 2**75``, so the softmax gets the
+  same values; only a non-finite score past a row's length differs (it was replaced, now it
+  stays).
 """
 import numpy as np
 
