@@ -103,11 +103,15 @@ def _lm(model, states):
         x = _ids(rng, (T, N))
         if not states:
             return Wrap(lm, lambda F, lm, x: lm(x)[0]), [x]
-        begin = [s.asnumpy() for s in lm.begin_state(batch_size=N)]
+        state = lm.begin_state(batch_size=N)
+        paired = isinstance(state[0], (list, tuple))  # AWD: [h, c] per layer
+        begin = [a.asnumpy() for a in (sum(map(list, state), []) if paired else state)]
 
         def forward(F, lm, x, *s):
-            out, new = lm(x, list(s))
-            return [out] + list(new)
+            given = [list(s[i:i + 2]) for i in range(0, len(s), 2)] if paired else list(s)
+            out, new = lm(x, given)
+            flat = sum(map(list, new), []) if paired else list(new)
+            return [out] + flat
         return Wrap(lm, forward), [x] + begin
     return build
 
