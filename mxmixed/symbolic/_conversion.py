@@ -265,36 +265,11 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     notes = []
     # calibration and validation compare with the model given, never with the folded one
     given = (sym, arg32, aux32)
-    folded = []
-    if options.fold_batchnorm:
-        folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
-                                                            keep=reasons)
-        if folded:
-            sym = folded_graph.to_symbol()
-            notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
-                         "before the cast (fold_batchnorm; for inference): %s"
-                         % (len(folded), _names([bn for bn, _ in folded])))
-    if target == "bfloat16":
-        request_amx()
-        sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
-    else:  # a concat of weights (a fused query/key/value, an RNN's flat params) stored as one
-        sym, arg32, aux32 = _fold_param_values(sym, arg32, aux32, notes)
-    constants = _constants_note(nodes, reasons)
-    if constants:
-        notes.append(constants)
-    sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
-    untied, arg32, ties = untie(sym, arg32)
-    sym = untied.to_symbol() if ties else sym
-    new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
-                                                   bool(options.cast_optional_params), data_names,
-                                                   notes, input_types)
-    if ties:
-        retied, new_args, stored = retie(new_sym, new_args, ties, target)
-        new_sym = retied.to_symbol()
-        if stored:
-            notes.append("%d param(s) read by several layers (tied weights) stored once in %s "
-                         "and cast once to float32 for the layers that compute in float32: %s"
-                         % (len(stored), target, _names(stored)))
+    sym, arg32, aux32, folded = _rewrite_float32(before_graph, arg32, aux32, options, reasons,
+                                                 data_names, input_types, notes)
+    new_sym, new_args, new_auxs = _convert_tied(sym, arg32, aux32, target, reasons,
+                                                bool(options.cast_optional_params), data_names,
+                                                notes, input_types)
     graph = as_graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
     if not options.keep_io_types:
@@ -304,11 +279,8 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
-    nothing = report.converts_nothing() if nothing_is_an_error else None
-    if nothing and target == "bfloat16":  # load_bfloat16 would refuse the file
-        raise ConversionError(nothing)
-    if nothing:  # a float32 file that load_float16 loads: said, not refused
-        notes.append("warning: " + nothing)
+    if nothing_is_an_error:
+        _check_converts_something(report, notes)
     detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:
@@ -326,6 +298,62 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         report.calibration_seconds = time.perf_counter() - start
     report.notes = notes + report.notes
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
+
+
+def _rewrite_float32(before_graph, arg32, aux32, options, reasons, data_names, input_types,
+                     notes):
+    """The float32 rewrites before MXNet's pass, each noted: BatchNorm folded (an option),
+    the rewrites for oneDNN (bfloat16) or values of params alone folded (float16), constants
+    beyond float16 named, control flow kept float32. Returns the graph (a Symbol), its params
+    and the folded ``(BatchNorm, Convolution)`` pairs."""
+    sym, folded = before_graph.to_symbol(), []
+    if options.fold_batchnorm:
+        folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
+                                                            keep=reasons)
+        if folded:
+            sym = folded_graph.to_symbol()
+            notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
+                         "before the cast (fold_batchnorm; for inference): %s"
+                         % (len(folded), _names([bn for bn, _ in folded])))
+    if options.target_dtype == "bfloat16":
+        request_amx()
+        sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
+    else:  # a concat of weights (a fused query/key/value, an RNN's flat params) stored as one
+        sym, arg32, aux32 = _fold_param_values(sym, arg32, aux32, notes)
+    constants = _constants_note(before_graph.nodes, reasons)
+    if constants:
+        notes.append(constants)
+    sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
+    return sym, arg32, aux32, folded
+
+
+def _convert_tied(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes,
+                  input_types):
+    """:func:`_convert_settled`, with each param read by several layers typed per reader for
+    MXNet's pass and made one again after it (:mod:`._ties`), noted where it is now stored in
+    the target dtype."""
+    untied, arg32, ties = untie(sym, arg32)
+    sym = untied.to_symbol() if ties else sym
+    new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
+                                                   cast_optional, data_names, notes, input_types)
+    if ties:
+        retied, new_args, stored = retie(new_sym, new_args, ties, target)
+        new_sym = retied.to_symbol()
+        if stored:
+            notes.append("%d param(s) read by several layers (tied weights) stored once in %s "
+                         "and cast once to float32 for the layers that compute in float32: %s"
+                         % (len(stored), target, _names(stored)))
+    return new_sym, new_args, new_auxs
+
+
+def _check_converts_something(report, notes):
+    """Refuse a bfloat16 conversion in which nothing is bfloat16 (``load_bfloat16`` would
+    refuse its file); note it for float16 (``load_float16`` loads a float32 file)."""
+    nothing = report.converts_nothing()
+    if nothing and report.target_dtype == "bfloat16":
+        raise ConversionError(nothing)
+    if nothing:
+        notes.append("warning: " + nothing)
 
 
 def _fold_param_values(sym, arg32, aux32, notes):
