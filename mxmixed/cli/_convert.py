@@ -214,9 +214,13 @@ def command(args):
         _check_excluded_layers(args, given[0])
         samples, shape, types = convert_samples(args, *given)
         model = _convert_model(args, options, *given, samples, types)
+        nothing = model.report.converts_nothing()
+        if nothing:  # float16 only: a bfloat16 conversion that converts nothing is refused
+            print("mxmixed convert: warning: %s" % nothing, file=sys.stderr)
         exported = None
         if args.format == "onnx":
-            exported = export_onnx(model, shape, given, input_types=types)
+            shape, axes = _onnx_shapes(given, samples, shape)
+            exported = export_onnx(model, shape, given, input_types=types, batch_axes=axes)
             _say(exported)
         elif args.validate == 0 or model.calibration_outputs is not None:
             # not run again (the validation compares with the calibration's float32 outputs):
@@ -230,6 +234,29 @@ def command(args):
     except mx.base.MXNetError as err:
         raise CLIError("MXNet failed: %s" % one_line(err)) from None
     return _write_converted(args, model, check, tolerance, samples, exported)
+
+
+def _onnx_shapes(given, samples, shape):
+    """One sample's shape per data input without its batch axis, and where that axis goes,
+    as the graph defines it (time-major inputs, recurrent states: axis 1); ``shape`` and
+    None (batch first) where no samples were read."""
+    from ..symbolic import model_batch_axes
+
+    if samples is None:
+        return shape, None
+    arrays = samples if isinstance(samples, dict) else {None: samples}
+    axes = model_batch_axes(given, {n: a.shape for n, a in arrays.items()})
+    found = {}
+    for name, value in arrays.items():
+        axis = axes.input_axis(name) if name is not None else next(
+            iter(axes.inputs.values()), 0)
+        found[name] = axis or 0
+    shapes = {n: tuple(d for k, d in enumerate(a.shape) if k != found[n])
+              for n, a in arrays.items()}
+    if not isinstance(samples, dict):
+        return shapes[None], None if not found[None] else {
+            n: found[None] for n in axes.inputs}
+    return shapes, found
 
 
 def _validate(args, given, model, exported, samples):

@@ -131,7 +131,7 @@ def _size(shape):
     return math.prod(int(dim) for dim in shape)
 
 
-def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
+def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size, axes=None):
     """Bytes that ``convert`` with ``count`` samples would need, from shape inference alone.
 
     The float32 samples, plus, for each of the float32 and the float16 model: every
@@ -147,6 +147,9 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     sample_shape : tuple of int
         One sample, without the batch axis.
     count, batch_size : int
+    axes : dict of str to int, optional
+        The batch axis of each named input (time-major inputs and recurrent states: 1); by
+        default 0.
 
     Returns
     -------
@@ -155,20 +158,28 @@ def estimate_convert_memory(sym, data_name, sample_shape, count, batch_size):
     shapes = dict(data_name) if isinstance(data_name, dict) else {data_name: sample_shape}
     shapes = {n: tuple(s) for n, s in shapes.items()}
     batch = min(batch_size, count)
+    axes = axes or {}
+
+    def batched(name, shape):
+        axis = axes.get(name, 0)
+        return shape if axis is None else shape[:axis] + (batch,) + shape[axis:]
+
     internals = sym.get_internals()
     # MXNet prints "infer_shape error. Arguments: ..." to stdout before it raises, and warns
     # of each parameter whose shape the data alone does not decide (the file gives it)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            _, inner, _ = internals.infer_shape(**{n: (batch,) + s for n, s in shapes.items()})
-            _, outputs, _ = sym.infer_shape(**{n: (1,) + s for n, s in shapes.items()})
+            _, inner, _ = internals.infer_shape(**{n: batched(n, s) for n, s in shapes.items()})
+            # at the batch checked, never at 1: a time-major sample is one time step, and a
+            # convolution over time refuses a single step (ConvolutionalEncoder)
+            _, outputs, _ = sym.infer_shape(**{n: batched(n, s) for n, s in shapes.items()})
     except Exception as err:  # MXNetError; a bare Exception for a tensor over 2^31 elements
         raise CLIError("samples of shape %s at batch size %d do not fit the graph: %s"
                        % (", ".join(",".join(map(str, s)) or "()" for s in shapes.values()),
                           batch, one_line(err))) from None
     activations = sum(_size(s) for s in inner or ())
-    kept = count * sum(_size(s) for s in outputs or ())
+    kept = count * sum(_size(s) for s in outputs or ()) // batch
     return 4 * (count * sum(_size(s) for s in shapes.values()) + 2 * (activations + kept))
 
 

@@ -102,6 +102,10 @@ def convert_samples(args, sym, arg_params, aux_params):
         return (samples if wants_samples else None), shapes, types
     _check_one_input(args, sym, arg_params, aux_params)
     shape, header = _sample_shape(args)
+    axis = _npy_batch_axis(sym, arg_params, aux_params, data_names[0], header)
+    if axis:
+        return _npy_along(args, (sym, arg_params, aux_params), data_names[0], header, axis,
+                          wants_samples)
     check_params(sym, arg_params, aux_params, source="the params",
                  data_shapes={data_names[0]: (1,) + shape})
     count = args.validate or 8
@@ -113,6 +117,71 @@ def convert_samples(args, sym, arg_params, aux_params):
     if not wants_samples:
         return None, shape, {}
     return _samples(args, shape, header, count, strict=args.validate > 0), shape, {}
+
+
+def _npy_batch_axis(sym, arg_params, aux_params, name, header):
+    """The batch axis of a .npy's array as the graph defines it (1 for time-major ``(T, N)``
+    ids); 0 for --input-shape, and where the graph cannot tell."""
+    from ..symbolic import batch_axes
+
+    if header is None:
+        return 0
+    inference, _ = _graph_inputs(sym, arg_params, aux_params)
+    return batch_axes(inference, {name: tuple(header.shape)}).input_axis(name) or 0
+
+
+def _npy_along(args, model, name, header, axis, wants_samples):
+    """:func:`convert_samples` for a .npy whose samples lie along ``axis``: the whole array is
+    read (its rows are not samples), then the first samples along that axis are kept."""
+    import numpy as np
+
+    from .._files.npz import SamplesFileError, read_header, read_rows
+    from ..symbolic import check_params
+
+    check_params(*model, source="the params", data_shapes={name: tuple(header.shape)})
+    held = header.shape[axis]
+    count = args.validate or 8
+    if args.validate > 0 and held < count:
+        raise CLIError("inputs file %s holds %d samples along its batch axis %d (shape %s), "
+                       "fewer than the %d asked for"
+                       % (args.inputs, held, axis, ",".join(map(str, header.shape)), count))
+    count = min(count, held)
+    shape = tuple(d for k, d in enumerate(header.shape) if k != axis)
+    read = header.shape[0] * header.row_items * header.dtype.itemsize
+    check_memory(estimate_convert_memory(inference_of(model), name, shape, count,
+                                         args.batch_size, {name: axis}) + read,
+                 "%d samples of shape %s (batch axis %d) and a forward pass at batch size %d"
+                 % (count, ",".join(map(str, header.shape)), axis, args.batch_size))
+    if not wants_samples:
+        return None, shape, {}
+    try:
+        with open(args.inputs, "rb") as handle:
+            read_header(handle, args.inputs)
+            whole = read_rows(handle, header, header.shape[0], args.inputs)
+    except SamplesFileError as err:
+        raise CLIError("--inputs: %s" % err) from None
+    except OSError as err:
+        raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
+                       ) from None
+    samples = np.take(whole, np.arange(count), axis=axis)
+    types = {}
+    if samples.dtype.kind in "iu":  # token ids: passed as int32, never as floats
+        samples, types = samples.astype(np.int32), {name: np.dtype(np.int32)}
+    else:
+        samples = samples.astype(np.float32)
+        bad = samples.size - int(np.isfinite(samples).sum())
+        if bad:
+            raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as "
+                           "float32); a validation on them proves nothing"
+                           % (args.inputs, bad, samples.size))
+    return samples, shape, types
+
+
+def inference_of(model):
+    """The inference graph of a (sym, args, auxs) model."""
+    from ..symbolic import inference_graph
+
+    return inference_graph(model[0])
 
 
 def _declared_types(args):
@@ -148,10 +217,12 @@ def _check_one_input(args, sym, arg_params, aux_params):
                           + (" ..." if len(names) > _SHOWN else "")))
 
 
-def _check_named_memory(inference, shapes, count, batch_size, read=0):
+def _check_named_memory(inference, shapes, count, batch_size, read=0, axes=None):
     """Refuse, in one line, named samples whose forward passes (and the ``read`` bytes of
-    their files) would not fit in memory."""
-    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size) + read,
+    their files) would not fit in memory. ``shapes`` are one sample's, without the batch
+    axis, which ``axes`` places (default 0)."""
+    check_memory(estimate_convert_memory(inference, shapes, None, count, batch_size, axes)
+                 + read,
                  "%d samples of %s and a forward pass at batch size %d"
                  % (count, ", ".join("%s %s" % (n, ",".join(map(str, s)) or "()")
                                      for n, s in shapes.items()), batch_size))
@@ -229,8 +300,9 @@ def _named_samples(args, sym, arg_params, aux_params, count, strict):
                                           err.reason.rsplit("): ", 1)[-1], ", ".join(names))
                        ) from None
     shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
+    # the arrays as they are: their batch axis is the graph's, not always the first
     check_params(sym, arg_params, aux_params, source="the params",
-                 data_shapes={n: (1,) + s for n, s in shapes.items()})
+                 data_shapes={n: tuple(a.shape) for n, a in arrays.items()})
     return arrays, shapes
 
 
@@ -261,20 +333,36 @@ def _npz_arrays(args, archive, names, inference, count, strict):
         if len(header.shape) < 1:
             raise CLIError("inputs file %s: array %r must hold one sample per row (N, ...), "
                            "got a scalar" % (path, name))
-        if header.shape[0] < count and strict:
-            raise CLIError("inputs file %s: array %r holds %d samples, fewer than the %d asked "
-                           "for" % (path, name, header.shape[0], count))
-    lengths = {header.shape[0] for header in headers.values()}
+    from ..symbolic import batch_axes
+
+    # the samples lie along each array's batch axis as the graph defines it: axis 1 of a
+    # time-major (T, N) input and of recurrent states (layers, N, hidden)
+    axes = batch_axes(inference, {n: h.shape for n, h in headers.items()})
+    axis = {n: axes.input_axis(n) for n in names}
+    for name, header in headers.items():
+        held = header.shape[axis[name] or 0]
+        if held < count and strict:
+            raise CLIError("inputs file %s: array %r holds %d samples%s, fewer than the %d "
+                           "asked for" % (path, name, held, " (along its batch axis %d)"
+                                          % axis[name] if axis[name] else "", count))
+    lengths = {header.shape[axis[n] or 0] for n, header in headers.items()}
     if len(lengths) > 1:
         raise CLIError("inputs file %s: the arrays hold different numbers of samples (%s)"
-                       % (path, ", ".join("%s %d" % (n, h.shape[0]) for n, h in headers.items())))
+                       % (path, ", ".join("%s %d" % (n, h.shape[axis[n] or 0])
+                                          for n, h in headers.items())))
     rows = min(count, lengths.pop())
-    _check_named_memory(inference, {n: h.shape[1:] for n, h in headers.items()}, rows,
-                        args.batch_size, sum(rows * h.row_items * h.dtype.itemsize
-                                             for h in headers.values()))
+    sample = {n: tuple(d for k, d in enumerate(h.shape) if k != (axis[n] or 0))
+              for n, h in headers.items()}
+    _check_named_memory(inference, sample, rows, args.batch_size,
+                        sum(rows * h.row_items * h.dtype.itemsize for h in headers.values()),
+                        axis)
     out = {}
     for name in names:
-        value = archive.rows(name, rows)
+        if axis[name]:  # read whole, then the first samples along the batch axis
+            value = archive.rows(name, headers[name].shape[0])
+            value = np.take(value, np.arange(rows), axis=axis[name])
+        else:
+            value = archive.rows(name, rows)
         if value.dtype.kind in "iub":
             if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
                 raise CLIError("inputs file %s: array %r holds integers beyond int32"

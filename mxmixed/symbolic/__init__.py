@@ -33,6 +33,7 @@ On a CPU the float16 graphs run through the emulation graph pass
    loads. This module always saves with ``remove_amp_cast=False``.
 """
 from .._core.convert import ConversionError
+from ._batch import batch_axes
 from ._blocks import convert_hybrid_block, load_bfloat16, load_float16
 from ._checkpoints import (check_params, checkpoint_paths, data_inputs, load_checkpoint,
                            save_checkpoint)
@@ -43,9 +44,10 @@ from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_pr
 from ._report import ConversionReport
 from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
-from ._validation import ValidationReport, validate
+from ._validation import ValidationReport, model_batch_axes, validate
 
-# inference_graph, imported above, is for the CLI's samples, not for users
+# inference_graph, batch_axes and model_batch_axes, imported above, are for the CLI's samples
+# and its ONNX export, not for users
 __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params",
            "multi_precision_optimizer", "load_checkpoint", "save_checkpoint", "check_params",
            "checkpoint_paths", "data_inputs",

@@ -129,9 +129,22 @@ def load_bfloat16(prefix: str, epoch: int = 0) -> gluon.SymbolBlock:
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     block = symbol_block(sym, arg_params, aux_params, mx.cpu())
     if not block_facts(block).bfloat16:
-        raise ConversionError("%s-symbol.json is not a bfloat16 model (no bfloat16 casts or "
-                              "params): load a float16 one with load_float16" % prefix)
+        if _is_float16(sym, arg_params, aux_params):
+            raise ConversionError("%s-symbol.json is a float16 model, not a bfloat16 one (float16 "
+                                  "casts or params): load it with load_float16" % prefix)
+        raise ConversionError("%s-symbol.json is a float32 model, not a bfloat16 one (no "
+                              "bfloat16 or float16 casts or params): load it with "
+                              "mxnet.gluon.SymbolBlock.imports, or convert it first"
+                              % prefix)
     return block
+
+
+def _is_float16(sym, arg_params, aux_params):
+    """Whether a checkpoint computes in float16: float16 casts or params."""
+    params = list(arg_params.values()) + list(aux_params.values())
+    return (any(np.dtype(p.dtype) == FLOAT16 for p in params)
+            or any(n.op == "amp_cast" and n.attrs.get("dtype") == "float16"
+                   for n in as_graph(sym).nodes))
 
 
 def _deferred(block):

@@ -15,8 +15,8 @@ from mxnet import gluon
 
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, ConversionError, convert_graph
-from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT32
-from .._core.graph import as_graph
+from .._core.dtypes import BFLOAT16, FLOAT16, FLOAT16_MAX, FLOAT32
+from .._core.graph import as_graph, attr_float
 from .._core.ops import CAST_OPS, DETECTION_OPS
 from ..training import unlisted_ops
 from ._checkpoints import check_params, data_inputs, save_checkpoint
@@ -26,7 +26,8 @@ from ._inference import (batchnorm_params, consumed_dtypes, default_ctx, io_floa
 from ._options import ConvertOptions, option_keywords, options_from
 from ._probe import layer_peaks, underflow_layers, underflow_note
 from ._report import ConversionReport, build_report
-from ._rewrite import fold_constants, mask_softmax
+from ._rewrite import fold_constants, guard_control_flow, mask_softmax
+from ._ties import retie, untie
 from ._validation import batch_types, split_batches
 
 __all__ = ["convert", "ConvertedModel"]
@@ -160,7 +161,9 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     ------
     ConversionError
         For an unsupported target dtype, params that do not match the graph, an already
-        converted graph, or unknown layer or op names.
+        converted graph, unknown layer or op names, or a bfloat16 conversion of which no layer
+        would compute in bfloat16 (the message says why each stays float32; a float16 one that
+        converts nothing says so in the report's notes).
 
     .. note::
        BatchNorm gamma, beta and moving statistics always stay float32 (MXNet issue #17164).
@@ -196,12 +199,15 @@ def convert(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
 
 
 def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_size=8, ctx=None,
-                 progress=False, start=None, input_types=None):
+                 progress=False, start=None, input_types=None, nothing_is_an_error=True):
     """:func:`convert` with its options in one :class:`ConvertOptions` (what travels inside).
 
     ``input_types`` names the integer data inputs (token ids) and their dtypes; by default
     those of a ``calibration`` dict. They are typed as such, never cast to float16 or made
-    float16 inputs by ``keep_io_types=False``.
+    float16 inputs by ``keep_io_types=False``. With ``nothing_is_an_error`` (the default), a
+    bfloat16 conversion in which nothing is in bfloat16 raises ConversionError, a float16 one
+    says so in a note; the search's candidates, which may keep every layer float32, pass
+    False.
     """
     start = time.perf_counter() if start is None else start
     target = options.target_dtype
@@ -216,26 +222,17 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
              for k, v in aux_params.items()}
     data_names = data_inputs(sym, arg_params, aux_params)
     if input_types is None and isinstance(calibration, dict):
-        input_types = batch_types(split_batches(calibration, batch_size))
+        input_types = batch_types(split_batches(calibration, batch_size,
+                                                (sym, arg_params, aux_params)))
     input_types = {n: np.dtype(t) for n, t in (input_types or {}).items() if n in data_names}
     notes = []
     # calibration and validation compare with the model given, never with the folded one
     given = (sym, arg32, aux32)
-    folded = []
-    if options.fold_batchnorm:
-        folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
-                                                            keep=reasons)
-        if folded:
-            sym = folded_graph.to_symbol()
-            notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
-                         "before the cast (fold_batchnorm; for inference): %s"
-                         % (len(folded), _names([bn for bn, _ in folded])))
-    if target == "bfloat16":
-        request_amx()
-        sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
-    new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
-                                                   bool(options.cast_optional_params), data_names,
-                                                   notes, input_types)
+    sym, arg32, aux32, folded = _rewrite_float32(before_graph, arg32, aux32, options, reasons,
+                                                 data_names, input_types, notes)
+    new_sym, new_args, new_auxs = _convert_tied(sym, arg32, aux32, target, reasons,
+                                                bool(options.cast_optional_params), data_names,
+                                                notes, input_types)
     graph = as_graph(new_sym)
     _check_batchnorm_float32(graph, new_args, new_auxs)
     if not options.keep_io_types:
@@ -245,6 +242,8 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
         new_sym = graph.to_symbol()
     report = build_report(before_graph, graph, arg_params, aux_params, new_args, new_auxs,
                            data_names, reasons, options, input_types)
+    if nothing_is_an_error:
+        _check_converts_something(report, notes)
     detection = sorted({op for name, op in ((n.name, n.op) for n in nodes)
                         if reasons.get(name) == "detection op"})
     if detection:
@@ -264,6 +263,75 @@ def convert_with(sym, arg_params, aux_params, options, calibration=None, batch_s
     return ConvertedModel(new_sym, new_args, new_auxs, report, outputs)
 
 
+def _rewrite_float32(before_graph, arg32, aux32, options, reasons, data_names, input_types,
+                     notes):
+    """The float32 rewrites before MXNet's pass, each noted: BatchNorm folded (an option),
+    the rewrites for oneDNN (bfloat16) or values of params alone folded (float16), constants
+    beyond float16 named, control flow kept float32. Returns the graph (a Symbol), its params
+    and the folded ``(BatchNorm, Convolution)`` pairs."""
+    sym, folded = before_graph.to_symbol(), []
+    if options.fold_batchnorm:
+        folded_graph, arg32, aux32, folded = fold_batchnorm(before_graph, arg32, aux32,
+                                                            keep=reasons)
+        if folded:
+            sym = folded_graph.to_symbol()
+            notes.append("%d BatchNorm folded into the Convolution before it, in float32 "
+                         "before the cast (fold_batchnorm; for inference): %s"
+                         % (len(folded), _names([bn for bn, _ in folded])))
+    if options.target_dtype == "bfloat16":
+        request_amx()
+        sym, arg32, aux32 = _rewrite_for_onednn(sym, arg32, aux32, notes)
+    else:  # a concat of weights (a fused query/key/value, an RNN's flat params) stored as one
+        sym, arg32, aux32 = _fold_param_values(sym, arg32, aux32, notes)
+    constants = _constants_note(before_graph.nodes, reasons)
+    if constants:
+        notes.append(constants)
+    sym = _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes)
+    return sym, arg32, aux32, folded
+
+
+def _convert_tied(sym, arg32, aux32, target, reasons, cast_optional, data_names, notes,
+                  input_types):
+    """:func:`_convert_settled`, with each param read by several layers typed per reader for
+    MXNet's pass and made one again after it (:mod:`._ties`), noted where it is now stored in
+    the target dtype."""
+    untied, arg32, ties = untie(sym, arg32)
+    sym = untied.to_symbol() if ties else sym
+    new_sym, new_args, new_auxs = _convert_settled(sym, arg32, aux32, target, reasons,
+                                                   cast_optional, data_names, notes, input_types)
+    if ties:
+        retied, new_args, stored = retie(new_sym, new_args, ties, target)
+        new_sym = retied.to_symbol()
+        if stored:
+            notes.append("%d param(s) read by several layers (tied weights) stored once in %s "
+                         "and cast once to float32 for the layers that compute in float32: %s"
+                         % (len(stored), target, _names(stored)))
+    return new_sym, new_args, new_auxs
+
+
+def _check_converts_something(report, notes):
+    """Refuse a bfloat16 conversion in which nothing is bfloat16 (``load_bfloat16`` would
+    refuse its file); note it for float16 (``load_float16`` loads a float32 file)."""
+    nothing = report.converts_nothing()
+    if nothing and report.target_dtype == "bfloat16":
+        raise ConversionError(nothing)
+    if nothing:
+        notes.append("warning: " + nothing)
+
+
+def _fold_param_values(sym, arg32, aux32, notes):
+    """Values of params alone computed once and stored (:func:`._rewrite.fold_constants`): the
+    conversion can then store them in float16, where a float32 ``Concat`` of the weights in
+    front of a float16 layer kept every one float32 (GluonNLP's fused query/key/value, an
+    RNN's flat parameter vector)."""
+    graph, arg32, aux32, folded = fold_constants(sym, arg32, aux32)
+    if not folded:
+        return sym, arg32, aux32
+    notes.append("%d value(s) computed from params alone were computed once, in float32, "
+                 "and stored as params: %s" % (len(folded), _names(folded)))
+    return graph.to_symbol(), arg32, aux32
+
+
 def _rewrite_for_onednn(sym, arg32, aux32, notes):
     """The float32 rewrites of a bfloat16 conversion (:mod:`._rewrite`), noted in the report."""
     graph, arg32, aux32, folded = fold_constants(sym, arg32, aux32)
@@ -276,6 +344,23 @@ def _rewrite_for_onednn(sym, arg32, aux32, notes):
                      "length; one shared by self-attention layers with the same lengths) and a "
                      "plain softmax, which oneDNN runs: %s" % (len(masked), _names(masked)))
     return (graph.to_symbol() if folded or masked else sym), arg32, aux32
+
+
+def _guard_control_flow(sym, arg32, aux32, data_names, input_types, reasons, notes):
+    """Control-flow ops kept float32, with the casts in front of them (:mod:`._rewrite`),
+    given their reason and a note."""
+    known = {n: np.dtype(v.dtype) for n, v in list(arg32.items()) + list(aux32.items())}
+    known.update({n: FLOAT32 for n in data_names})
+    known.update(input_types or {})
+    graph, loops, casts = guard_control_flow(sym, known)
+    if not loops:
+        return sym
+    for name in loops + casts:
+        reasons.setdefault(name, "control flow")
+    notes.append("%d control-flow op(s) kept float32, their floating inputs cast to float32 in "
+                 "front of them: MXNet's AMP pass cannot convert inside their subgraphs "
+                 "(--exclude-op does not reach there): %s" % (len(loops), _names(loops)))
+    return graph.to_symbol()
 
 
 def _check_convert_arguments(sym, arg_params, aux_params):
@@ -314,6 +399,9 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
         for node in nodes:
             if node.op in DETECTION_OPS:
                 reasons.setdefault(node.name, "detection op")
+    if target == "float16":
+        for node, value in _constants_beyond_float16(nodes):
+            reasons.setdefault(node.name, "constant beyond float16")
     if target == "bfloat16":
         unlisted = set(unlisted_ops())
         for node in nodes:
@@ -322,6 +410,39 @@ def _float32_reasons(nodes, exclude_layers, exclude_ops, searched_layers,
             elif node.op in unlisted:
                 reasons.setdefault(node.name, "no bfloat16 kernel known")
     return reasons
+
+
+def _constants_beyond_float16(nodes):
+    """``(node, value)`` for each op whose scalar (``scalar``, ``value``) float16 cannot hold:
+    in float16 it becomes inf (GluonNLP's attention mask ``-1e18 * ones_like(score)``, whose
+    fully padded rows then turn NaN in the softmax)."""
+    found = []
+    for node in nodes:
+        if node.is_variable:
+            continue
+        for key in ("scalar", "value"):
+            try:
+                value = attr_float(node.attrs.get(key), 0.0)
+            except ValueError:
+                continue
+            if np.isfinite(value) and abs(value) > FLOAT16_MAX:
+                found.append((node, value))
+                break
+    return found
+
+
+def _constants_note(nodes, reasons):
+    """The note that names the layers kept float32 for their constant, or None."""
+    kept = [(node, value) for node, value in _constants_beyond_float16(nodes)
+            if reasons.get(node.name) == "constant beyond float16"]
+    if not kept:
+        return None
+    shown = ", ".join("%s (%s %g)" % (node.name, node.op, value) for node, value in kept[:3])
+    return ("%d layer(s) kept float32 because their constant is beyond float16's range "
+            "(+-%g), where it would be inf (an attention mask such as GluonNLP's -1e18: rows "
+            "with every position masked would turn NaN): %s%s"
+            % (len(kept), FLOAT16_MAX, shown,
+               ", ... (%d in all)" % len(kept) if len(kept) > 3 else ""))
 
 
 def _check_batchnorm_float32(graph, arg_params, aux_params):
@@ -341,10 +462,13 @@ def _calibrate(model, folded, report, calibration, batch_size, ctx, progress, no
 
     Returns the float32 outputs, which :func:`validate` can reuse as its reference.
     """
-    names = [n for n, d in report.layer_dtypes.items() if d == "float16"]
+    given = {node.name for node in as_graph(model[0]).nodes}
+    # the layers of the model given (not the casts a rewrite added in front of control flow)
+    names = [n for n, d in report.layer_dtypes.items()
+             if d == "float16" and folded.get(n, n) in given]
     # one sample at a time: the memory of a run grows with its batch
     outputs, peaks = layer_peaks(*model, [folded.get(n, n) for n in names],
-                                 split_batches(calibration, 1), default_ctx(ctx), progress,
+                                 split_batches(calibration, 1, model), default_ctx(ctx), progress,
                                  "calibrate: float32 run", input_types=input_types)
     tiny, heads = underflow_layers(names, peaks, outputs)
     if tiny or heads:

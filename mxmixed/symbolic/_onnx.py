@@ -28,8 +28,8 @@ from ._detections import compare_outputs
 from ._inference import default_ctx, inference_graph
 from ._onnx_graph import check_onnx, class_aware_nms, onnx_output_names, onnx_packages, to_proto
 from ._report import ConversionReport, format_bytes
-from ._validation import (Model, Runner, ValidationReport, batch_size_of, batch_types,
-                          progress_bar, run_batches, split_batches)
+from ._validation import (Model, Runner, ValidationReport, batch_first, batch_size_of,
+                          batch_types, join_outputs, progress_bar, run_batches, split_batches)
 
 __all__ = ["export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
 
@@ -112,7 +112,8 @@ class OnnxModel:
 
 def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Sequence[int]]],
                 float32_model: Optional[Checkpoint] = None,
-                input_types: Optional[Mapping[str, Any]] = None) -> OnnxModel:
+                input_types: Optional[Mapping[str, Any]] = None,
+                batch_axes: Optional[Mapping[str, int]] = None) -> OnnxModel:
     """Export a float16 model converted by mxmixed to ONNX, with its float32 layers kept.
 
     MXNet's exporter (``mx.onnx``) with converters for ``amp_cast`` and ``amp_multicast``
@@ -134,6 +135,9 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
     input_types : dict of str to dtype, optional
         Dtypes of integer data inputs (token ids: int32); the others are float32, or what the
         converted graph declares (float16 after ``keep_io_types=False``).
+    batch_axes : dict of str to int, optional
+        Where each input's batch axis goes in its shape (1 for a time-major ``(T, N)`` input
+        or recurrent states ``(layers, N, hidden)``); by default first.
 
     Returns
     -------
@@ -172,6 +176,7 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
     var_nodes = {n.name: n for n in graph.nodes if n.op == "null"}
     data_names = [n for n in sym.list_inputs() if n not in params]
     shapes = _input_shapes(input_shape, data_names)
+    axes = [int((batch_axes or {}).get(n) or 0) for n in data_names]
     types = {n: np.dtype(t) for n, t in (input_types or {}).items()}
     unknown = sorted(set(types) - set(data_names))
     if unknown:
@@ -183,8 +188,8 @@ def export_onnx(model: Model, input_shape: Union[Sequence[int], Mapping[str, Seq
         sym32, args32, auxs32 = float32_model
         float32_bytes = to_proto(inference_graph(sym32), dict(args32, **auxs32), data_names,
                                  [types.get(n, FLOAT32) for n in data_names],
-                                 shapes)[0].ByteSize()
-    proto, opset = to_proto(sym, params, data_names, dtypes, shapes)
+                                 shapes, axes)[0].ByteSize()
+    proto, opset = to_proto(sym, params, data_names, dtypes, shapes, axes)
     notes = []
     nms = class_aware_nms(graph)
     if nms:
@@ -265,7 +270,7 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
     feed = session.get_inputs()
     outputs = outputs or [o.name for o in session.get_outputs()]
     ctx = default_ctx(ctx)
-    batches = split_batches(inputs, batch_size)
+    batches = split_batches(inputs, batch_size, fp32_model)
     ref = run_batches(Runner(fp32_model, ctx, input_types=batch_types(batches)), batches,
                       progress, "validate float32 (MXNet)")
     got = None
@@ -279,15 +284,17 @@ def validate_onnx(fp32_model: Model, onnx_model: Union[OnnxModel, bytes, str], i
             got = [[] for _ in outs]
         for store, out in zip(got, outs):
             store.append(np.asarray(out, dtype=np.float32))
-    got = [np.concatenate(parts) for parts in got]
+    got = join_outputs(got, batches.axes)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("MXNet and onnxruntime give outputs of different shapes: %s and "
                               "%s" % ([a.shape for a in ref], [b.shape for b in got]))
+    ref, got = batch_first(ref, batches.axes), batch_first(got, batches.axes)
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     device = ("onnxruntime %s %s (float16 on a CPU: no faster than float32, often slower; "
               "not a speed measure); float32 reference: MXNet on %s"
               % (ort.__version__, session.get_providers()[0], ctx))
-    return ValidationReport(samples=sum(batch_size_of(b) for b in batches), max_abs_error=abs_err,
+    return ValidationReport(samples=sum(batch_size_of(b, batches.axes) for b in batches),
+                            max_abs_error=abs_err,
                             max_rel_error=rel, nonfinite_share=nonfinite, top1_agreement=top1,
                             device=device, seconds=time.perf_counter() - start, checks=checks)
 

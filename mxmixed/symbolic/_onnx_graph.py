@@ -283,15 +283,14 @@ def _drop_unused_initializers(graph):
         graph.initializer.extend(kept)
 
 
-def to_proto(sym, params, input_name, input_dtype, input_shape):
+def to_proto(sym, params, input_name, input_dtype, input_shape, batch_axes=None):
     """Export one graph with MXNet's exporter; raw initializers, none of them a graph input.
 
     ``input_name``, ``input_dtype`` and ``input_shape`` (one sample's) describe the one data
-    input, or are lists with one entry per data input in the graph's order.
+    input, or are lists with one entry per data input in the graph's order; ``batch_axes``
+    (a list as those, default all 0) says where the dynamic batch axis goes in each shape.
     """
     onnx, _ = onnx_packages()
-    from onnx import numpy_helper
-
     exporter = _exporter()
     graph = as_graph(sym)
     missing = _missing_converters(graph, exporter.registry_)
@@ -302,31 +301,62 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     data_names = [n for n in sym.list_inputs() if n not in params]
     if isinstance(input_name, str):
         input_name, input_dtype, input_shape = [input_name], [input_dtype], [input_shape]
+    batch_axes = list(batch_axes or [0] * len(input_name))
     if data_names != list(input_name):
         raise ConversionError("the graph's data inputs are %s, the export was given %s"
                               % (", ".join(data_names), ", ".join(input_name)))
     keep = mx.sym.load_json(sym.tojson(remove_amp_cast=False))
     keep.__class__ = _KeepCasts
     newest = onnx.defs.onnx_opset_version()
-    for opset in (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,):
+    opsets = (newest, _OPSET_AXES_ATTRIBUTE) if newest > _OPSET_AXES_ATTRIBUTE else (newest,)
+    for opset in opsets:
+        # MXNet 1.9.1's converters write some ops in their opset-17 form (LayerNorm's
+        # ReduceMean axes as an attribute, Split's sizes, Tile's repeats), which the checker
+        # or onnxruntime refuse at a newer opset: such a graph is written at opset 17
         try:
-            with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
-                    _graph_check_at(onnx, opset), _raw_initializers(exporter):
-                warnings.simplefilter("ignore", DeprecationWarning)
-                graph_proto = exporter().create_onnx_graph_proto(
-                    keep, params, [(1,) + tuple(s) for s in input_shape],
-                    [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
-                    dynamic_input_shapes=[(None,) + tuple(s) for s in input_shape])
-            break
-        except onnx.checker.ValidationError as err:
-            # MXNet 1.9.1's LayerNorm converter writes ReduceMean's axes as an attribute,
-            # which opset 18 moved to an input: such a graph is written at opset 17
-            if opset == _OPSET_AXES_ATTRIBUTE or "axes" not in str(err):
-                raise ConversionError("MXNet's ONNX exporter failed: %s"
-                                      % _first_line(err)) from None
-        except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
-                ValueError, IndexError, mx.base.MXNetError) as err:
-            raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
+            model = _proto_at(onnx, exporter, keep, params, input_dtype, input_shape,
+                              batch_axes, opset)
+            if opset != opsets[-1]:
+                _loads_in_onnxruntime(model)
+            return model, opset
+        except ConversionError:
+            if opset == opsets[-1]:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _loads_in_onnxruntime(model):
+    """Raise ConversionError where onnxruntime cannot load ``model``."""
+    _, ort = onnx_packages()
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise ConversionError("onnxruntime cannot load the model: %s" % one_line(err)) from None
+
+
+def _batched(shape, axis, size):
+    shape = tuple(shape)
+    return shape[:axis] + (size,) + shape[axis:]
+
+
+def _proto_at(onnx, exporter, keep, params, input_dtype, input_shape, batch_axes, opset):
+    """The exported, checked ONNX model at ``opset``; ConversionError where it fails."""
+    from onnx import numpy_helper
+
+    try:
+        with warnings.catch_warnings(), _quiet_exporter(), _float16_constants_as_values(), \
+                _graph_check_at(onnx, opset), _raw_initializers(exporter):
+            warnings.simplefilter("ignore", DeprecationWarning)
+            graph_proto = exporter().create_onnx_graph_proto(
+                keep, params, [_batched(s, a, 1) for s, a in zip(input_shape, batch_axes)],
+                [_tensor_type(d) for d in input_dtype], opset_version=opset, dynamic=True,
+                dynamic_input_shapes=[_batched(s, a, None)
+                                      for s, a in zip(input_shape, batch_axes)])
+    except onnx.checker.ValidationError as err:
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % _first_line(err)) from None
+    except (AttributeError, AssertionError, KeyError, NotImplementedError, TypeError,
+            ValueError, IndexError, mx.base.MXNetError) as err:
+        raise ConversionError("MXNet's ONNX exporter failed: %s" % one_line(err)) from None
     inits = {init.name for init in graph_proto.initializer}
     # MXNet writes float16 initializers as int32_data (4 bytes or more each): store raw data
     for k, init in enumerate(graph_proto.initializer):
@@ -345,4 +375,4 @@ def to_proto(sym, params, input_name, input_dtype, input_shape):
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
         raise ConversionError("the exported ONNX model fails onnx.checker: %s"
                               % one_line(err)) from None
-    return model, opset
+    return model

@@ -23,7 +23,8 @@ import mxnet as mx
 from .._core.dtypes import FLOAT16_MIN_NORMAL
 from .._core.graph import as_graph
 from ._inference import inference_graph
-from ._validation import Runner, progress_bar
+from ._batch import DEFAULT_AXES
+from ._validation import Runner, join_outputs, progress_bar
 
 __all__ = ["layer_peaks", "layer_sensitivity", "probe_layers", "underflow_layers",
            "underflow_note"]
@@ -83,7 +84,7 @@ def probe_layers(sym, arg_params, aux_params, names, batches, ctx, progress, des
         if keep:
             kept.append(acts)
     runner.release()
-    return [np.concatenate(parts) for parts in outputs], stats, kept
+    return join_outputs(outputs, getattr(batches, "axes", DEFAULT_AXES)), stats, kept
 
 
 def _named_nodes(graph):
@@ -207,7 +208,7 @@ def layer_peaks(sym, arg_params, aux_params, names, batches, ctx, progress, desc
         for store, out in zip(outputs, outs[:len(heads)]):
             store.append(out)
     runner.release()
-    return [np.concatenate(parts) for parts in outputs], hook.peak
+    return join_outputs(outputs, getattr(batches, "axes", DEFAULT_AXES)), hook.peak
 
 
 def layer_sensitivity(graph, names, peak32, diff16):

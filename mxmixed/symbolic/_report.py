@@ -126,6 +126,30 @@ class ConversionReport:
                    format_bytes(self.bytes_before), format_bytes(self.bytes_after), 100.0 * self.size_ratio,
                    len(self.fp32_layers), ": " + why if why else "", timing))
 
+    def converts_nothing(self) -> Optional[str]:
+        """Why no layer computes in the target dtype and no param is stored in it, in one line;
+        None when one does, or one is.
+
+        Such a conversion would write a float32 model under a float16 or bfloat16 name, which
+        ``load_bfloat16`` refuses and which saves nothing.
+        """
+        if (any(d == self.target_dtype for d in self.layer_dtypes.values())
+                or self.param_bytes_after.get(self.target_dtype)):
+            return None
+        by_op = {}
+        for _, op, reason in self.fp32_layers:
+            by_op.setdefault((op, reason), 0)
+            by_op[(op, reason)] += 1
+        why = ", ".join("%s%s: %s" % (op, " x%d" % count if count > 1 else "", reason)
+                        for (op, reason), count in sorted(by_op.items()))
+        fix = ("serve the float32 model as it is, or convert to float16"
+               if self.target_dtype == "bfloat16" else
+               "serve the float32 model as it is, or exclude fewer layers")
+        return ("nothing converts to %s: all %d layers stay float32 (%s), so the converted "
+                "model is the float32 model under a %s name; %s"
+                % (self.target_dtype, len(self.layer_dtypes), why or "no computing layer",
+                   self.target_dtype, fix))
+
     def _kept_by_reason(self):
         kept = {}
         for name, _, reason in self.fp32_layers:

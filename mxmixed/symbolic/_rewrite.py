@@ -1,33 +1,46 @@
-"""float32 rewrites of an inference graph before a bfloat16 conversion, for oneDNN's sake.
+"""float32 rewrites of an inference graph before a conversion.
 
-Two rewrites, each equal to the graph it replaces within float32 rounding:
+:func:`guard_control_flow` runs before every conversion: MXNet's AMP pass types the inside of a
+control-flow op (``_foreach``, ``_while_loop``, ``_cond``) from the dtypes that reach it and
+does not convert it consistently (ELMo's LSTM loop: "Incompatible attr ... expected float16,
+got float32"), and excluding the op does not cast what flows into it. Each floating input that
+an op computes is cast to float32 (a ``Cast`` node, an identity in the float32 model) in front
+of the op, so the subgraph runs in float32 as written, whatever the layers around it become.
 
-* :func:`fold_constants`: a value computed from params alone (gluonnlp's attention concatenates
-  its query, key and value weights, and stacks their biases, on every call) is computed once,
-  in float32, and stored as a param, which the conversion may then store in bfloat16. Nothing
+Two more rewrites, each equal to the graph it replaces within float32 rounding:
+
+* :func:`fold_constants` (every conversion): a value computed from params alone (gluonnlp's
+  attention concatenates its query, key and value weights, and stacks their biases, on every
+  call; an RNN's flat params are a concat of its weights) is computed once, in float32, and
+  stored as a param, which the conversion may then store in float16 or bfloat16. Nothing
   that reads a data input, and no op without inputs (random draws), is folded; nor a value
   larger than the params it is made of (a broadcast would grow the file).
-* :func:`mask_softmax`: a ``softmax`` with ``use_length=True`` (gluonnlp's masked attention)
-  runs in MXNet's generic kernel, one row at a time in float64. It becomes a ``SequenceMask``
-  that sets the positions past each row's length to -1e30, then a plain ``softmax``, which
-  oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked positions get 0 as before and
-  the others the same values. A row of length 0 differs: MXNet's kernel gives zeros, the
-  rewrite an even spread. Self-attention scores (``_contrib_interleaved_matmul_selfatt_qk``,
-  square in their last two axes) whose lengths are computed alike (gluonnlp repeats the
-  computation in every layer) share one mask instead: -1e30 past each row's length, 0 before
-  it, made once by a ``SequenceMask`` of zeros and added to each layer's scores (oneDNN's
-  ``sum``; ``SequenceMask`` copies its input single-threaded). ``x + 0`` is ``x`` and
-  ``x + -1e30`` is -1e30 for any ``|x| < 2**75``, so the softmax gets the same values; only a
-  non-finite score past a row's length differs (it was replaced, now it stays).
+* :func:`mask_softmax` (bfloat16, for oneDNN's sake): a ``softmax`` with ``use_length=True``
+  (gluonnlp's masked attention) runs in MXNet's generic kernel, one row at a time in float64. It
+  becomes a ``SequenceMask`` that sets the positions past each row's length to -1e30, then a
+  plain ``softmax``, which oneDNN runs: ``exp(-1e30 - max)`` is exactly 0, so the masked
+  positions get 0 as before and the others the same values. A row of length 0 differs: MXNet's
+  kernel gives zeros, the rewrite an even spread. Self-attention scores
+  (``_contrib_interleaved_matmul_selfatt_qk``, square in their last two axes) whose lengths are
+  computed alike (gluonnlp repeats the computation in every layer) share one mask instead: -1e30
+  past each row's length, 0 before it, made once by a ``SequenceMask`` of zeros and added to
+  each layer's scores (oneDNN's ``sum``; ``SequenceMask`` copies its input single-threaded).
+  ``x + 0`` is ``x`` and ``x + -1e30`` is -1e30 for any ``|x| < 2**75``, so the softmax gets the
+  same values; only a non-finite score past a row's length differs (it was replaced, now it
+  stays).
 """
 import numpy as np
 
 import mxnet as mx
 
-from .._core.graph import as_graph, attr_ints, unused_name
+from .._core.dtypes import is_floating
+from .._core.graph import Record, as_graph, attr_ints, unused_name
 from .._core.mxbool import read_optional_bool
 
-__all__ = ["fold_constants", "mask_softmax"]
+__all__ = ["fold_constants", "mask_softmax", "guard_control_flow", "CONTROL_FLOW_OPS"]
+
+#: ops that run a subgraph, which MXNet 1.9.1's AMP pass cannot convert (kept float32)
+CONTROL_FLOW_OPS = ("_foreach", "_while_loop", "_cond")
 
 _MASKED = -1e30  # past a row's length: exp(_MASKED - max) is 0 in float32
 
@@ -267,3 +280,55 @@ def _masked_softmax(node):
     if not read_optional_bool(node.attrs.get("use_length"), "use_length"):
         return False
     return attr_ints(node.attrs.get("axis", "-1")) == (-1,)
+
+
+def guard_control_flow(graph, known):
+    """Keep each control-flow op float32: its floating inputs that an op computes are cast to
+    float32 in front of it.
+
+    Parameters
+    ----------
+    graph : Graph or mxnet.symbol.Symbol
+        The float32 graph.
+    known : dict of str to numpy.dtype
+        The dtypes of its inputs (data and params), for the type inference that says which of
+        a control-flow op's inputs are floating (integer ones stay as they are).
+
+    Returns
+    -------
+    graph : Graph
+        The graph with the casts (the same one where it has no control-flow op).
+    loops, casts : list of str
+        The control-flow ops, and the cast nodes added, by name.
+    """
+    graph = as_graph(graph)
+    nodes = graph.nodes
+    loops = [i for i, node in enumerate(nodes) if node.op in CONTROL_FLOW_OPS]
+    if not loops:
+        return graph, [], []
+    entries = sorted({(src, out) for i in loops for src, out, _ in nodes[i].inputs
+                      if not nodes[src].is_variable})
+    dtypes, _ = graph.entry_dtypes(entries, known) if entries else ({}, {})
+    taken = {node.name for node in nodes}
+    build = graph.rebuild()
+    added, casts = [], {}
+    for i, node in enumerate(nodes):
+        record = build.mapped(node)
+        if i in loops:
+            inputs = []
+            for entry in node.inputs:
+                key = (entry[0], entry[1])
+                if is_floating(dtypes.get(key)):
+                    if key not in casts:
+                        name = unused_name("%s_in%d_float32" % (node.name, len(inputs)), taken)
+                        taken.add(name)
+                        casts[key] = build.add(Record(op="Cast", name=name,
+                                                      attrs={"dtype": "float32"},
+                                                      inputs=[build.entry(entry)]))
+                        added.append(name)
+                    inputs.append([casts[key], 0, 0])
+                else:
+                    inputs.append(build.entry(entry))
+            record["inputs"] = inputs
+        build.place(i, build.add(record))
+    return build.graph(), [nodes[i].name for i in loops], added

@@ -184,7 +184,8 @@ def search_fp32_layers(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray],
     if not tolerance > 0:
         raise ConversionError("tolerance must be positive, got %r" % (tolerance,))
     start = time.perf_counter()
-    ev = _Evaluator(sym, arg_params, aux_params, split_batches(inputs, batch_size), default_ctx(ctx),
+    batches = split_batches(inputs, batch_size, (sym, arg_params, aux_params))
+    ev = _Evaluator(sym, arg_params, aux_params, batches, default_ctx(ctx),
                     rule, progress, options)
     names, peaks = ev.names, dict(zip(ev.names, ev.stats32.peak))
     try:
@@ -245,7 +246,7 @@ class _Evaluator:
                 self.sym, self.arg_params, self.aux_params,
                 dataclasses.replace(self.options, searched_layers=self.options.searched_layers
                                     + tuple(layers)),
-                input_types=self.types) if layers else self.base
+                input_types=self.types, nothing_is_an_error=False) if layers else self.base
         return self.models[key]
 
     def _record(self, layers, error):

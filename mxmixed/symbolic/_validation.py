@@ -18,13 +18,19 @@ from .. import emulation
 from .._core.convert import ConversionError
 from .._core.devices import is_cpu
 from .._core.dtypes import FLOAT16, FLOAT32
+from .._core.graph import as_graph
 from .._core.progress import progress as progress_bars
+from ._batch import DEFAULT_AXES, BatchAxes, batch_axes
 from ._bfloat16_emulation import emulation_note
 from ._detections import OutputCheck, compare_outputs
-from ._inference import block_facts, default_ctx, symbol_block
+from ._inference import block_facts, default_ctx, inference_graph, symbol_block
+
+# the name under which the one data input of an array's batches keeps its batch axis
+_ONLY = "\0only"
 
 __all__ = ["validate", "ValidationReport", "Runner", "batch_size_of", "batch_types",
-           "largest_error", "progress_bar", "run_batches", "slice_batch", "split_batches"]
+           "largest_error", "progress_bar", "run_batches", "slice_batch", "split_batches",
+           "join_outputs", "model_batch_axes", "Batches", "batch_first"]
 
 # What validate() and the ONNX check run: a gluon Block, a ConvertedModel or a
 # (sym, arg_params, aux_params) tuple (their docstrings say which).
@@ -32,64 +38,158 @@ Model = Any
 
 
 # ------------------------------------------------------------------ running models
-def _named_arrays(inputs):
-    """A dict of named inputs as NumPy arrays, checked: same first dimension, numbers only."""
+def _named_arrays(inputs, model=None):
+    """A dict of named inputs as NumPy arrays, checked: numbers only, and the same number of
+    samples along each one's batch axis (:func:`._batch.batch_axes` of ``model``'s graph, axis
+    0 without one). Returns the arrays and their :class:`BatchAxes`."""
     if not inputs:
         raise ConversionError("inputs is an empty dict: give one array per data input")
     arrays = {}
     for name, value in inputs.items():
         value = value.asnumpy() if isinstance(value, mx.nd.NDArray) else np.asarray(value)
-        if value.ndim < 1 or len(value) == 0:
+        if value.ndim < 1 or value.size == 0:
             raise ConversionError("input %r must hold at least one sample, got shape %s"
                                   % (name, value.shape))
         if value.dtype.kind not in "fiu":
             raise ConversionError("input %r has dtype %s: give floating or integer arrays"
                                   % (name, value.dtype))
         arrays[str(name)] = value
-    lengths = {name: len(value) for name, value in arrays.items()}
+    axes = model_batch_axes(model, {n: v.shape for n, v in arrays.items()})
+    lengths = {name: value.shape[axes.input_axis(name)] for name, value in arrays.items()
+               if axes.input_axis(name) is not None}
     if len(set(lengths.values())) > 1:
-        raise ConversionError("the named inputs must hold the same number of samples (first "
-                              "dimension), got %s" % ", ".join("%s %d" % item
-                                                               for item in lengths.items()))
-    return arrays
+        raise ConversionError("the named inputs must hold the same number of samples (along "
+                              "each one's batch axis: %s), got %s"
+                              % (", ".join("%s %s" % (n, axes.input_axis(n)) for n in arrays),
+                                 ", ".join("%s %d" % item for item in lengths.items())))
+    return arrays, axes
+
+
+def model_batch_axes(model, shapes):
+    """:class:`BatchAxes` of a model (a (sym, args, auxs) tuple, a ConvertedModel, or None and
+    a Block: axis 0) for data inputs of ``shapes`` (``{name: shape}``; one unnamed shape under
+    the name None for a model with one data input)."""
+    if hasattr(model, "symbol") and hasattr(model, "aux_params"):
+        model = (model.symbol, model.arg_params, model.aux_params)
+    if not (isinstance(model, tuple) and len(model) == 3):
+        return DEFAULT_AXES
+    sym, arg_params, aux_params = model
+    inference = inference_graph(sym)
+    params = set(arg_params) | set(aux_params)
+    names = [n for n in inference.list_inputs() if n not in params]
+    if None in shapes:
+        if len(names) != 1:
+            return DEFAULT_AXES
+        shapes = {names[0]: shapes[None]}
+    if sorted(shapes) != sorted(names):
+        return DEFAULT_AXES
+    return batch_axes(inference, shapes)
+
+
+def batch_first(outputs, axes):
+    """The outputs with each one's batch axis moved first (what the comparison rules read as
+    samples: a classifier's rows, a detector's images)."""
+    return [o if axes.output_axis(k) in (None, 0) or o.ndim <= axes.output_axis(k)
+            else np.moveaxis(o, axes.output_axis(k), 0) for k, o in enumerate(outputs)]
 
 
 def _as_batch(batch):
     if isinstance(batch, dict):
-        return _named_arrays(batch)
+        return _named_arrays(batch)[0]
     if isinstance(batch, (list, tuple)):
         batch = batch[0]
     return batch.asnumpy() if isinstance(batch, mx.nd.NDArray) else np.asarray(batch)
 
 
-def batch_size_of(batch):
-    """Number of samples in a batch (an array or a dict of named arrays)."""
-    return len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+class Batches(list):
+    """NumPy batches, and the batch axes of the model's inputs and outputs (``axes``, a
+    :class:`BatchAxes`), along which they were split and their outputs are joined."""
+
+    axes = DEFAULT_AXES
 
 
-def slice_batch(batch, start, stop):
-    """Samples ``start:stop`` of a batch (an array or a dict of named arrays)."""
+def _axis_of(axes, name):
+    return axes.input_axis(name) if name is not None else axes.input_axis(_ONLY)
+
+
+def batch_size_of(batch, axes=DEFAULT_AXES):
+    """Number of samples in a batch (an array or a dict of named arrays), along the batch
+    axis ``axes`` names."""
     if isinstance(batch, dict):
-        return {name: value[start:stop] for name, value in batch.items()}
-    return batch[start:stop]
+        for name, value in batch.items():
+            axis = axes.input_axis(name)
+            if axis is not None:
+                return value.shape[axis]
+        return len(next(iter(batch.values())))
+    axis = _axis_of(axes, None)
+    return batch.shape[0 if axis is None else axis]
 
 
-def split_batches(inputs, batch_size):
+def slice_batch(batch, start, stop, axes=DEFAULT_AXES):
+    """Samples ``start:stop`` of a batch (an array or a dict of named arrays), along each
+    input's batch axis (an input without one is passed whole)."""
+    def cut(value, axis):
+        if axis is None:
+            return value
+        index = [slice(None)] * value.ndim
+        index[axis] = slice(start, stop)
+        return value[tuple(index)]
+
+    if isinstance(batch, dict):
+        return {name: cut(value, axes.input_axis(name)) for name, value in batch.items()}
+    return cut(batch, _axis_of(axes, None))
+
+
+def join_outputs(parts, axes=DEFAULT_AXES):
+    """The outputs of several batches (per output, a list of arrays) joined along each
+    output's batch axis; an output that does not depend on the batch is the first one."""
+    joined = []
+    for k, arrays in enumerate(parts):
+        axis = axes.output_axis(k)
+        joined.append(arrays[0] if axis is None or len(arrays) == 1
+                      else np.concatenate(arrays, axis=axis))
+    return joined
+
+
+def split_batches(inputs, batch_size, model=None):
     """Split ``inputs`` into NumPy batches: an array, a dict of named arrays (one per data
-    input, same first dimension; batches are dicts), or an iterable of batches / (X, y) pairs."""
+    input, as many samples each; batches are dicts), or an iterable of batches / (X, y) pairs.
+
+    With ``model`` (a (sym, args, auxs) tuple or a ConvertedModel), an array or dict is split
+    along the batch axis that the model's graph gives each input (a time-major ``(T, N)``
+    input along axis 1, recurrent states given as inputs along theirs); without one, along
+    axis 0. The returned :class:`Batches` holds those axes, and those of the outputs.
+    """
     if isinstance(inputs, mx.nd.NDArray):
         inputs = inputs.asnumpy()
     if isinstance(inputs, dict):
-        inputs = _named_arrays(inputs)
-        count = batch_size_of(inputs)
-        return [slice_batch(inputs, i, i + batch_size) for i in range(0, count, batch_size)]
+        inputs, axes = _named_arrays(inputs, model)
+        count = batch_size_of(inputs, axes)
+        return _batches([slice_batch(inputs, i, i + batch_size, axes)
+                         for i in range(0, count, batch_size)], axes)
     if isinstance(inputs, np.ndarray):
-        if inputs.ndim < 1 or len(inputs) == 0:
+        if inputs.ndim < 1 or inputs.size == 0:
             raise ConversionError("inputs must hold at least one sample")
-        return [inputs[i:i + batch_size] for i in range(0, len(inputs), batch_size)]
+        axes = model_batch_axes(model, {None: inputs.shape})
+        axes = BatchAxes({_ONLY: next(iter(axes.inputs.values()), 0)}, axes.outputs)
+        count = batch_size_of(inputs, axes)
+        return _batches([slice_batch(inputs, i, i + batch_size, axes)
+                         for i in range(0, count, batch_size)], axes)
     batches = [_as_batch(batch) for batch in inputs]
     if not batches:
         raise ConversionError("inputs yielded no batches")
+    first = batches[0]
+    shapes = ({n: v.shape for n, v in first.items()} if isinstance(first, dict)
+              else {None: first.shape})
+    axes = model_batch_axes(model, shapes)
+    if not isinstance(first, dict):
+        axes = BatchAxes({_ONLY: next(iter(axes.inputs.values()), 0)}, axes.outputs)
+    return _batches(batches, axes)
+
+
+def _batches(items, axes):
+    batches = Batches(items)
+    batches.axes = axes
     return batches
 
 
@@ -113,6 +213,9 @@ class Runner:
         if hasattr(model, "symbol") and hasattr(model, "aux_params"):  # a ConvertedModel
             model = (model.symbol, model.arg_params, model.aux_params)
         self.owned = isinstance(model, tuple) and len(model) == 3
+        self.casts_to_float16 = self.owned and any(
+            n.op == "amp_cast" and n.attrs.get("dtype") == "float16"
+            or n.op == "amp_multicast" for n in as_graph(model[0]).nodes)
         if self.owned:
             self.block = symbol_block(*model, ctx, input_types=self.input_types)
         elif isinstance(model, gluon.Block):
@@ -135,6 +238,15 @@ class Runner:
         find them still there. A later call builds them again."""
         if self.owned:
             self.block._clear_cached_op()
+
+    def compute_dtype(self):
+        """The reduced precision this model computes in: 'bfloat16', 'float16', or 'float32'
+        for a model with neither (what a validation then compares)."""
+        if block_facts(self.block).bfloat16:
+            return "bfloat16"
+        if self._has_float16(self.block) or self.casts_to_float16:
+            return "float16"
+        return "float32"
 
     @staticmethod
     def _has_float16(block):
@@ -189,7 +301,7 @@ def run_batches(runner, batches, progress, desc):
         for store, out in zip(outputs, outs):
             store.append(out)
     runner.release()
-    return [np.concatenate(parts) for parts in outputs]
+    return join_outputs(outputs, getattr(batches, "axes", DEFAULT_AXES))
 
 
 @dataclass
@@ -380,23 +492,28 @@ def validate(fp32_model: Model, fp16_model: Model, inputs: Any, batch_size: int 
                               % (rule,))
     ctx = default_ctx(ctx)
     start = time.perf_counter()
-    batches = split_batches(inputs, batch_size)
+    batches = split_batches(inputs, batch_size, fp32_model if fp32_model is not None
+                            else fp16_model)
+    axes = batches.axes
     types = batch_types(batches)
-    count = sum(batch_size_of(b) for b in batches)
+    count = sum(batch_size_of(b, axes) for b in batches)
     if reference is None:
         ref = run_batches(Runner(fp32_model, ctx, input_types=types), batches, progress,
                           "validate float32")
     else:
         ref = [np.asarray(r) for r in reference]
-        if any(len(r) != count for r in ref):
+        held = sorted({r.shape[axes.output_axis(k)] for k, r in enumerate(ref)
+                       if axes.output_axis(k) is not None and r.ndim > axes.output_axis(k)})
+        if any(n != count for n in held):
             raise ConversionError("reference holds outputs for %s samples, the inputs %d"
-                                  % (sorted({len(r) for r in ref}), count))
+                                  % (held, count))
     runner = Runner(fp16_model, ctx, input_dtype, input_types=types)
-    target = "bfloat16" if block_facts(runner.block).bfloat16 else "float16"
+    target = runner.compute_dtype()
     got = run_batches(runner, batches, progress, "validate %s" % target)
     if len(ref) != len(got) or any(a.shape != b.shape for a, b in zip(ref, got)):
         raise ConversionError("the two models give outputs of different shapes: %s and %s"
                               % ([a.shape for a in ref], [b.shape for b in got]))
+    ref, got = batch_first(ref, axes), batch_first(got, axes)
     checks, abs_err, rel, nonfinite, top1 = compare_outputs(ref, got, rule)
     why = block_facts(runner.block).bfloat16_emulated
     return ValidationReport(samples=count, max_abs_error=abs_err,
