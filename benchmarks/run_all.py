@@ -416,10 +416,12 @@ def main(argv=None):
         results["suites"][name] = entry
     results["wall_s"] = round(time.perf_counter() - start, 1)
     # gpu_fidelity.py is a two-machine harness (cases on a CPU, PyTorch on a GPU), run by hand;
-    # gluonnlp_scripts.py needs GluonNLP's scripts, fetched by a person (docs/run.md);
-    # gluonnlp_lm.py measures the figures of docs/gluon.md's LSTM section (minutes of runs)
+    # gluonnlp_scripts.py and gluonnlp_lm_scripts.py need GluonNLP's scripts, fetched by a
+    # person (docs/run.md); gluonnlp_lm.py measures the figures of docs/gluon.md's LSTM section
+    # (minutes of runs)
     known = {s[1] for s in SUITES} | {os.path.basename(__file__), "gpu_fidelity.py",
-                                      "gluonnlp_scripts.py", "gluonnlp_lm.py"}
+                                      "gluonnlp_scripts.py", "gluonnlp_lm_scripts.py",
+                                      "gluonnlp_lm.py"}
     results["not_run"] = sorted(f for f in os.listdir(HERE) if f.endswith(".py")
                                 and not f.startswith("_") and f not in known)
 
