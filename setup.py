@@ -23,7 +23,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.8,<3.12",
     packages=find_packages(include=["mxmixed", "mxmixed.*"]),
-    # the emulation's rounding op, compiled on first use (mxmixed/emulation/_round16.py)
+    # the emulation's rounding op, compiled on first use (mxmixed/emulation/_round16_build.py)
     package_data={"mxmixed.emulation": ["_ext/*.cc", "_ext/*.h"]},
     install_requires=[
         "numpy>=1.16,<1.24",

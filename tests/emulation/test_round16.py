@@ -17,7 +17,7 @@ import mxnet as mx
 from mxnet import autograd
 
 from mxmixed import emulation
-from mxmixed.emulation import _round16
+from mxmixed.emulation import _round16, _round16_build
 from mxmixed.emulation._carry import carry_float32
 from mxmixed._core.graph import Graph
 
@@ -90,10 +90,10 @@ def test_every_source_of_the_op_ships_in_the_package():
     patterns = [ast.literal_eval(kw.value)["mxmixed.emulation"] for node in ast.walk(tree)
                 if isinstance(node, ast.Call) for kw in node.keywords if kw.arg == "package_data"]
     assert len(patterns) == 1
-    ext = os.path.dirname(_round16.SOURCE)
+    ext = os.path.dirname(_round16_build.SOURCE)
     for name in os.listdir(ext):
         assert any(fnmatch.fnmatch("_ext/" + name, p) for p in patterns[0]), name
-    assert {_round16.SOURCE, _round16.LAYOUT_SOURCE, _round16.KERNEL} <= {
+    assert {_round16_build.SOURCE, _round16_build.LAYOUT_SOURCE, _round16_build.KERNEL} <= {
         os.path.join(ext, name) for name in os.listdir(ext)}
 
 
@@ -407,7 +407,7 @@ def test_an_rnn_begin_state_shaped_by_its_reader_keeps_its_cast_pair(op):
 def test_without_the_op_the_pass_warns_and_leaves_the_graph(monkeypatch, caplog):
     monkeypatch.setattr(_round16, "_STATE", {"tried": False, "op": None, "why": ""})
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    monkeypatch.setattr(_round16, "_cache_dir", lambda: "/nonexistent/cache")
+    monkeypatch.setattr(_round16_build, "_cache_dir", lambda: "/nonexistent/cache")
     graph = Graph({"nodes": [{"op": "null", "name": "x", "inputs": []},
                        {"op": "amp_cast", "name": "x_emu_out0", "attrs": {"dtype": "float16"},
                         "inputs": [[0, 0, 0]]},

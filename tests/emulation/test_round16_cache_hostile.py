@@ -19,7 +19,7 @@ import threading
 import pytest
 
 from conftest import HANG_S, communicate, wait_for
-from mxmixed.emulation import _round16
+from mxmixed.emulation import _round16_build
 
 from .test_round16_library import OTHER_UID, build_here, fake_build
 
@@ -72,14 +72,14 @@ def test_a_lock_planted_and_held_by_another_user_is_never_waited_for(monkeypatch
                                                                       tmp_path):
     fake_build(monkeypatch, [])
     # a wait on the lock would outlast the bound: refusing it must come before any wait
-    monkeypatch.setattr(_round16, "_LOCK_WAIT_S", 2 * HANG_S)
+    monkeypatch.setattr(_round16_build, "_LOCK_WAIT_S", 2 * HANG_S)
     lock = tmp_path / ".round16.lock"
     lock.write_bytes(b"")
     lock.chmod(0o666)
     os.chown(str(lock), OTHER_UID, OTHER_UID)
     with held(lock), caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         path = bounded_build(tmp_path, "a lock held by uid %d" % OTHER_UID)
-    assert _private(path, tmp_path) and _round16._damage(path) is None
+    assert _private(path, tmp_path) and _round16_build._damage(path) is None
     assert len(caplog.records) == 1 and "belongs to uid %d" % OTHER_UID in caplog.text, \
         caplog.text
 
@@ -87,7 +87,7 @@ def test_a_lock_planted_and_held_by_another_user_is_never_waited_for(monkeypatch
 def test_a_lock_held_longer_than_the_wait_sends_the_build_to_a_private_folder(
         monkeypatch, caplog, tmp_path):
     fake_build(monkeypatch, [])
-    monkeypatch.setattr(_round16, "_LOCK_WAIT_S", 0.3)
+    monkeypatch.setattr(_round16_build, "_LOCK_WAIT_S", 0.3)
     lock = tmp_path / ".round16.lock"
     lock.write_bytes(b"")
     lock.chmod(0o600)
@@ -123,7 +123,7 @@ def test_a_lock_that_is_not_a_plain_file_of_ours_is_not_used(monkeypatch, caplog
     _plant(kind, tmp_path / ".round16.lock")
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         path = bounded_build(tmp_path, "a lock file that is %s" % kind)
-    assert _private(path, tmp_path) and _round16._damage(path) is None
+    assert _private(path, tmp_path) and _round16_build._damage(path) is None
     assert len(caplog.records) == 1 and ".round16.lock" in caplog.text, caplog.text
 
 
@@ -134,11 +134,11 @@ def test_a_fifo_planted_as_the_record_or_the_library_is_rebuilt_not_read(
     calls = []
     fake_build(monkeypatch, calls)
     path = build_here(tmp_path)
-    planted = _round16._record_of(path) if which == "record" else path
+    planted = _round16_build._record_of(path) if which == "record" else path
     os.remove(planted)
     os.mkfifo(planted, 0o666)
     os.chown(planted, OTHER_UID, OTHER_UID)
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         assert bounded_build(tmp_path, "the %s planted as a FIFO" % which) == path
-    assert len(calls) == 2 and _round16._damage(path) is None
+    assert len(calls) == 2 and _round16_build._damage(path) is None
     assert len(caplog.records) == 1 and "rebuilt" in caplog.text, caplog.text

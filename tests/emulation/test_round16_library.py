@@ -21,7 +21,7 @@ import pytest
 import mxnet as mx
 
 from conftest import ROOT, run_command
-from mxmixed.emulation import _round16
+from mxmixed.emulation import _round16, _round16_build
 
 OTHER_UID = 4242
 
@@ -36,15 +36,15 @@ def fake_build(monkeypatch, calls):
         os.chmod(tmp, 0o755)
         with open(tmp, "rb") as handle:
             data = handle.read()
-        _round16._write_own(_round16._record_of(path), json.dumps({
+        _round16_build._write_own(_round16_build._record_of(path), json.dumps({
             "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode(), 0o644)
         os.replace(tmp, path)
-    monkeypatch.setattr(_round16, "_build_into", build_into)
-    monkeypatch.setattr(_round16, "_PRIVATE", {})
+    monkeypatch.setattr(_round16_build, "_build_into", build_into)
+    monkeypatch.setattr(_round16_build, "_PRIVATE", {})
 
 
 def build_here(folder):
-    return _round16._compile("round16", [_round16.KERNEL], [], [], str(folder), None)
+    return _round16_build._compile("round16", [_round16_build.KERNEL], [], [], str(folder), None)
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o757, 0o775, 0o722])
@@ -84,7 +84,7 @@ def test_the_default_folder_made_group_writable_by_an_earlier_version_is_tighten
     folder.mkdir(parents=True)
     folder.chmod(0o775)
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
-        path = _round16._compile("round16", [_round16.KERNEL], [], [], None, None)
+        path = _round16_build._compile("round16", [_round16_build.KERNEL], [], [], None, None)
     assert os.path.dirname(path) == str(folder) and caplog.records == []
     assert (os.stat(str(folder)).st_mode & 0o777) == 0o755
 
@@ -97,7 +97,7 @@ def test_a_missing_folder_is_made_private(monkeypatch, tmp_path):
 
 
 def damage_by(kind, path):
-    record = _round16._record_of(path)
+    record = _round16_build._record_of(path)
     if kind == "truncated to 4096 bytes":
         os.truncate(path, 4096)
     elif kind == "truncated to half":
@@ -136,14 +136,14 @@ def test_a_damaged_or_foreign_library_is_rebuilt_with_one_warning(monkeypatch, c
     if kind.startswith("truncated"):  # a real library's size, so that the cuts land inside
         with open(path, "wb") as handle:
             handle.write(good * 1000)
-        _round16._write_own(_round16._record_of(path), json.dumps({
+        _round16_build._write_own(_round16_build._record_of(path), json.dumps({
             "size": len(good) * 1000, "sha256": hashlib.sha256(
                 good * 1000).hexdigest()}).encode(), 0o644)
     damage_by(kind, path)
-    assert _round16._damage(path)
+    assert _round16_build._damage(path)
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         assert build_here(tmp_path) == path
-    assert len(calls) == 2 and _round16._damage(path) is None
+    assert len(calls) == 2 and _round16_build._damage(path) is None
     assert not os.path.islink(path) and os.stat(path).st_uid == os.geteuid()
     assert len(caplog.records) == 1 and "rebuilt" in caplog.text, caplog.text
 
@@ -153,7 +153,7 @@ def test_an_unrecorded_library_is_rebuilt_quietly(monkeypatch, caplog, tmp_path)
     calls = []
     fake_build(monkeypatch, calls)
     path = build_here(tmp_path)
-    os.remove(_round16._record_of(path))
+    os.remove(_round16_build._record_of(path))
     with caplog.at_level(logging.WARNING, logger="mxmixed.emulation"):
         build_here(tmp_path)
     assert len(calls) == 2 and caplog.records == []
@@ -167,7 +167,7 @@ def test_a_damaged_library_that_cannot_be_rebuilt_is_refused(monkeypatch, tmp_pa
     def fail(*args, **kwargs):
         raise RuntimeError("g++ failed: no space left")
 
-    monkeypatch.setattr(_round16, "_build_into", fail)
+    monkeypatch.setattr(_round16_build, "_build_into", fail)
     with pytest.raises(RuntimeError, match="damaged or not ours .* rebuilding it failed: g.. "
                                            "failed: no space left"):
         build_here(tmp_path)
@@ -219,14 +219,14 @@ def seed_cache(folder, session_libraries, cxx=None, layouts=(False, True)):
     from which a run loads without compiling, for tests of loading rather than of compiling.
     The paths of the copies."""
     def copy_into(path, compiler, cxx, sources, flags, exports=(), lock=None):
-        with open(session_libraries[_round16.LAYOUT_SOURCE in sources], "rb") as handle:
+        with open(session_libraries[_round16_build.LAYOUT_SOURCE in sources], "rb") as handle:
             data = handle.read()
-        _round16._write_own(_round16._record_of(path), json.dumps({
+        _round16_build._write_own(_round16_build._record_of(path), json.dumps({
             "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode(), 0o644)
-        _round16._write_own(path, data, 0o755)
+        _round16_build._write_own(path, data, 0o755)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_round16, "_build_into", copy_into)
+        patch.setattr(_round16_build, "_build_into", copy_into)
         return [_round16.build(str(folder), cxx=cxx, layouts=which) for which in layouts]
 
 
@@ -253,7 +253,7 @@ def test_a_truncated_cached_library_gives_one_warning_and_the_same_bytes(
     assert code == 0 and digest == cast_pairs
     assert len(warnings) == 1 and "damaged or not ours" in warnings[0], warnings
     assert status == "built and loaded; keeps oneDNN layouts"  # rebuilt
-    assert _round16._damage(path) is None
+    assert _round16_build._damage(path) is None
 
 
 @pytest.mark.slow

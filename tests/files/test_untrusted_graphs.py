@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, run_command, run_python
 from mxmixed import symbolic
 from mxmixed._files import untrusted
+from mxmixed._files.untrusted import _graph as untrusted_graph
 from mxmixed._files.untrusted import UnsafeFileError, check_graph, json_object_pairs
 
 
@@ -333,7 +334,7 @@ def test_a_converted_model_passes_the_check_and_loads_back(tmp_path):
 
 
 def test_every_denied_op_is_an_op_of_this_mxnet():
-    known = untrusted._registry()
+    known = untrusted_graph._registry()
     assert set(untrusted.DENIED_OPS) <= known
     assert {"_Native", "_NDArray", "Custom", "_CustomFunction"} <= set(untrusted.DENIED_OPS)
 
@@ -342,7 +343,7 @@ _SCAN = r"""
 import ctypes, re, sys
 import mxnet as mx
 from mxnet.base import _LIB, check_call, py_str, mx_uint, c_str
-from mxmixed._files import untrusted
+from mxmixed._files.untrusted import _graph as untrusted_graph
 
 def args_of(op):
     h = ctypes.c_void_p(); check_call(_LIB.NNGetOpHandle(c_str(op), ctypes.byref(h)))
@@ -362,11 +363,11 @@ def default(kind):
     return "float32" if kind.startswith("string") else None
 
 def outputs(op, attrs):
-    return untrusted._op_outputs(op, tuple(sorted(attrs.items())))
+    return untrusted_graph._op_outputs(op, tuple(sorted(attrs.items())))
 
-capped = set(untrusted._COUNT_ATTRS) | set(untrusted._COUNT_TUPLE_ATTRS)
-for op in sorted(untrusted._registry()):
-    if untrusted._denied(op):
+capped = set(untrusted_graph._COUNT_ATTRS) | set(untrusted_graph._COUNT_TUPLE_ATTRS)
+for op in sorted(untrusted_graph._registry()):
+    if untrusted_graph._denied(op):
         continue
     params = [(a, t) for a, t in args_of(op) if "NDArray" not in t and "Symbol" not in t]
     base = {a: default(t) for a, t in params if "required" in t and default(t) is not None}

@@ -12,7 +12,7 @@ NODE_KEYS = {"op", "name", "inputs", "attrs"}
 # Modules whose dicts with these keys are not graph nodes, and why.
 OTHER_DICTS = {
     "mxmixed/_core/graph/": "the one reader of the graph's JSON dict (every module of it)",
-    "mxmixed/_files/untrusted.py": "checks the raw JSON of a -symbol.json before any Graph exists",
+    "mxmixed/_files/untrusted/_graph.py": "checks the raw JSON of a -symbol.json before any Graph exists",
     "mxmixed/checkpoint/_format.py": "a checkpoint manifest's rows",
     "mxmixed/checkpoint/_plain.py": "a stored object's body",
     "mxmixed/checkpoint/_trainer.py": "a trainer file's records",
