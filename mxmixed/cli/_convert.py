@@ -137,7 +137,7 @@ def _check_bfloat16_args(args):
     if not args.keep_io_types:
         raise CLIError("--no-keep-io-types is for float16 only: a bfloat16 model takes and "
                        "returns float32")
-    from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+    from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
     runs, why = bfloat16_support()
     # where bfloat16 cannot run, --validate runs it under the bfloat16 emulation (float32
     # arithmetic, bfloat16 rounding); the report's note goes to stderr once it has run

@@ -14,9 +14,9 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp
 from ..emulation import emulate_symbol
-from .._core import state
 from .._core.amx import request_amx
 from .._core.convert import ConversionError
+from .._core import devices
 from .._core.devices import is_cpu
 from .._core.dtypes import BFLOAT16, FLOAT16, amp_list_key, is_floating
 from .._core.errors import one_line
@@ -242,7 +242,7 @@ def symbol_block(sym, arg_params, aux_params, ctx, input_types=None):
     bfloat16 = _is_bfloat16_graph(graph, types)
     emulated = None
     if bfloat16:
-        runs, why = state.bfloat16_support()
+        runs, why = devices.bfloat16_support()
         if runs:
             request_amx()
         else:  # float32 arithmetic, bfloat16 rounding: no bfloat16 op runs

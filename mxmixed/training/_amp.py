@@ -23,7 +23,8 @@ from mxnet.contrib import amp
 from .. import emulation
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
-from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
+from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+from .._core.state import AMP, amp_initialized
 from ._unlisted import announce, unlisted_ops
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
