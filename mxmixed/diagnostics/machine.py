@@ -10,9 +10,11 @@ import mxnet as mx
 
 from .. import emulation
 from .._core import amx, devices
+from .._core.amx import to_bfloat16
 from .._version import __version__
 
-__all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "PINNED_PACKAGES"]
+__all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "to_bfloat16",
+           "PINNED_PACKAGES"]
 
 PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
                    "gluonnlp", "matplotlib", "tqdm", "onnx", "onnxruntime", "pytest", "nbval")
@@ -31,8 +33,11 @@ def _bfloat16():
         return "cannot run: " + reason
     native = devices.bfloat16_native()
     if native:
-        tiles = ("; oneDNN's AMX kernels: %s" % (amx.amx_status() or "not requested (see "
-                 "MXMIXED_BFLOAT16_AMX)") if native == "AMX-BF16" else "")
+        status = amx.amx_status() or "not requested (see MXMIXED_BFLOAT16_AMX)"
+        if status.startswith("on"):
+            status += (" (asked for at `import mxmixed`; MXNet ops run before it would leave "
+                       "oneDNN without AMX, slower than float32)")
+        tiles = "; oneDNN's AMX kernels: %s" % status if native == "AMX-BF16" else ""
         return ("native: oneDNN runs bfloat16 with this CPU's %s instructions (`mxmixed info "
                 "--probe` measures the speed-up)%s" % (native, tiles))
     return ("emulated by oneDNN: AVX-512 without AVX512-BF16 or AMX, so bfloat16 runs but is "
@@ -80,7 +85,7 @@ def probe_bfloat16(repeats=7):
     }
     out = {}
     for name, (op, inputs) in cases.items():
-        variants = (inputs, [amx.to_bfloat16(a) for a in inputs])
+        variants = (inputs, [to_bfloat16(a) for a in inputs])
         times = ([], [])
         for k in range(repeats + 1):
             for variant, spent in zip(variants, times):
