@@ -80,7 +80,6 @@ def _first(out):
 def child(order, name, rounds):
     """One order, one model, in this (fresh) process; returns the record."""
     import warnings
-    caught = []
     if order == "ops-before-import":
         import mxnet as mx
         mx.nd.FullyConnected(mx.nd.ones((2, 4)), mx.nd.ones((3, 4)), num_hidden=3,

@@ -205,15 +205,18 @@ class _AfterMXNet:
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        run_mxnet = spec.loader.exec_module
+        loader = spec.loader
+        run_mxnet = loader.exec_module
 
         def exec_module(module):
+            del loader.exec_module  # the loader's own again, should it load anything else
             run_mxnet(module)
-            try:
-                _decide(to_confirm=False)
-            except ValueError:  # a bad MXMIXED_BFLOAT16_AMX: the entry points raise it
-                pass
-        spec.loader.exec_module = exec_module
+            if _STATE.status is None:
+                try:
+                    _decide(to_confirm=False)
+                except ValueError:  # a bad MXMIXED_BFLOAT16_AMX: the entry points raise it
+                    pass
+        loader.exec_module = exec_module
         return spec
 
 

@@ -5,6 +5,7 @@ MXNet runs an op on ``cpu_pinned`` (page-locked for GPU copies) and ``cpu_shared
 DataLoader workers) arrays with its CPU kernels, so those contexts are the CPU's as much as
 ``cpu`` is: a float16 GEMM fails on them as it does on ``cpu``, and the emulation serves them.
 """
+from typing import Tuple
 
 __all__ = ["CPU_DEVICE_TYPES", "is_cpu", "cpu_flags", "has_amx_bf16", "bfloat16_native",
            "bfloat16_support", "BFLOAT16_EMULATED"]
@@ -91,7 +92,7 @@ def bfloat16_native():
     return None
 
 
-def bfloat16_support():
+def bfloat16_support() -> Tuple[bool, str]:
     """Whether MXNet's bfloat16 AMP can run here, and why not.
 
     MXNet 1.9.1 runs bfloat16 ops through oneDNN on the CPU. They need a build with oneDNN
