@@ -100,3 +100,17 @@ def test_native_bfloat16_loads_without_a_warning(monkeypatch, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         symbolic.load_bfloat16(prefix + "-bf16", 0)
+
+
+@pytest.mark.parametrize("status, shown", [
+    ("on", "oneDNN's AMX kernels: on (asked for at `import mxmixed`"),
+    ("off: requested after MXNet had run oneDNN ops, which keep the instruction set they picked "
+     "(a bfloat16 GEMM ran 0.63x float32 here)", "oneDNN's AMX kernels: off: requested after"),
+])
+def test_info_says_amx_is_on_only_where_the_request_says_so(monkeypatch, status, shown):
+    monkeypatch.setattr(devices, "cpu_flags", lambda: CORE | {"avx512_bf16", "amx_bf16",
+                                                              "amx_tile"})
+    monkeypatch.setattr(amx, "amx_status", lambda: status)
+    line = machine.collect()["bfloat16"]
+    assert shown in line and "\n" not in line
+    assert ("kernels: on" in line) == status.startswith("on")
