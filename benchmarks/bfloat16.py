@@ -30,9 +30,10 @@ so absolute times drift; the ratios of neighbouring blocks do not drift as much.
   step with ``amp_scope(target_dtype='bfloat16')`` against float32 (goal >= 1.3x);
 * accuracy: the digits CNN, 4 epochs, float32 and bfloat16 (``train_precision``), seeds 0-2.
 
-oneDNN's AMX kernels are requested first (``mxmixed._core.amx.request_amx``, before any
-oneDNN op, so that float32 and bfloat16 run under the same instruction set), and the load
-average is recorded at the start and the end.
+oneDNN's AMX kernels are requested at ``import mxmixed``, before any oneDNN op, so that float32
+and bfloat16 run under the same instruction set (``benchmarks/bfloat16_order.py`` measures
+the orders a user's script may take), and the load average is recorded at the start and the
+end.
 
 The CPU model, its bfloat16-related flags and how bfloat16 runs here are recorded. Where
 bfloat16 cannot run, the script records that reason and measures nothing.
@@ -505,17 +506,17 @@ def accuracy(seeds, epochs):
 
 
 def run(quick=False, bert_only=False):
-    from mxmixed._core import state
+    from mxmixed._core import devices
     from mxmixed._core.amx import request_amx
     from mxmixed.diagnostics import machine
 
-    amx = request_amx()  # before any oneDNN op: float32 and bfloat16 run under one ISA
+    amx = request_amx()  # made at import mxmixed, before any oneDNN op: the status
     facts = cpu_facts()
     records = [_rec("CPU", "model, flags, how bfloat16 runs here", facts["cpu"], "text",
                     absolute="%s; %s; load average %s" % (" ".join(facts["flags"]),
                                                          facts["bfloat16"], _load()),
                     cpu=facts, amx=amx)]
-    runs, why = state.bfloat16_support()
+    runs, why = devices.bfloat16_support()
     if not runs:
         records.append(_rec("all", "bfloat16", None, "x", absolute="skipped: " + why,
                             skipped=True))

@@ -66,6 +66,9 @@ SUITES = [
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training (ResNet, BERT), "
      "digits accuracy"),
+    ("bfloat16_order", "bfloat16_order.py", [], ["--quick"],
+     "bfloat16 / float32 with the float32 model run first in the same process (the natural "
+     "order), by import order: ResNet-50 v1b and BERT 4x512 (needs gluonnlp), AMX status"),
     ("graph_cost", "graph_cost.py", [], ["--nodes", "10000", "--refused", "40", "--rounds", "1"],
      "conversion time and memory as the graph grows: settling 2n / n, peak memory / file size"),
     ("gpu_throughput", "gpu_throughput.py", [], ["--rounds", "2", "--steps", "5"],
@@ -97,6 +100,9 @@ HOW = {
                  "steps in alternation; ratio per round; median and min-max over the rounds",
     "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
                 "ratio float32/bfloat16 per round; median and min-max over the rounds",
+    "bfloat16_order": "one fresh process per import order and model; the float32 model runs "
+                      "first; float32 and bfloat16 timed in alternation per round; ratio "
+                      "float32/bfloat16 per round; median and min-max over the rounds",
     "graph_cost": "one fresh process per conversion, started by a small process of its own "
                   "(Linux counts the forking process's memory in the child's peak); peak RSS "
                   "(ru_maxrss of the child, os.wait4) less that of the same command on a tiny "

@@ -12,13 +12,17 @@ from ._core.compat import check_mxnet_installed, check_numpy
 check_numpy()
 check_mxnet_installed()
 
+from ._core import amx as _amx  # noqa: E402
+
+_amx.arm()  # oneDNN's AMX kernels asked for before MXNet's first op (_core/amx.py)
+
 from ._version import __version__  # noqa: E402
 
 _SUBMODULES = ("checkpoint", "diagnostics", "distributed", "emulation", "optim", "scaler",
                "symbolic", "training")
 # public name -> the module that defines it
 _HOMES = {
-    "bfloat16_support": "_core.state",
+    "bfloat16_support": "_core.devices",
     "CheckpointError": "checkpoint",
     "emulated": "emulation", "emulation_active": "emulation",
     "master_weights": "optim", "multi_precision_trainer": "optim",
@@ -57,7 +61,7 @@ def _module(name):  # statements, not names: import-linter sees each edge; `from
     elif name == "training":
         import mxmixed.training as module
     else:
-        import mxmixed._core.state as module
+        import mxmixed._core.devices as module
     return module
 
 

@@ -176,7 +176,7 @@ def _checked_options(args):
     options = convert_options(args)
     if args.dtype != "bfloat16":
         return options
-    from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+    from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
     runs, why = bfloat16_support()
     # where bfloat16 cannot run, --validate runs it under the bfloat16 emulation (float32
     # arithmetic, bfloat16 rounding); the report's note goes to stderr once it has run

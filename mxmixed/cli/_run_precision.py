@@ -41,7 +41,7 @@ def amp_context(amp):
         return amp
     if amp != "bfloat16":
         raise ValueError("--amp takes float16 or bfloat16, got %r" % (amp,))
-    from .._core.state import bfloat16_support
+    from .._core.devices import bfloat16_support
 
     runs, why = bfloat16_support()
     if not runs:
@@ -179,7 +179,7 @@ def clip_watch(script, unscale, recorder, unscaled_by="--unscale-before-clip"):
 
 
 def _step_line(summary, amp):
-    from .._core.state import bfloat16_native
+    from .._core.devices import bfloat16_native
 
     median = summary["median_iteration_s"]
     if median is None:

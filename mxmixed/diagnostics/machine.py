@@ -9,11 +9,12 @@ import numpy as np
 import mxnet as mx
 
 from .. import emulation
-from .._core import amx, dtypes, state
-from .._core.graph import cast_node, load_graph
+from .._core import amx, devices
+from .._core.amx import to_bfloat16
 from .._version import __version__
 
-__all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "PINNED_PACKAGES"]
+__all__ = ["collect", "format_info", "probe_bfloat16", "format_probe", "to_bfloat16",
+           "PINNED_PACKAGES"]
 
 PINNED_PACKAGES = ("mxnet", "mxnet-cu112", "numpy", "gluoncv", "opencv-python", "scikit-learn",
                    "gluonnlp", "matplotlib", "tqdm", "onnx", "onnxruntime", "pytest", "nbval")
@@ -27,27 +28,20 @@ def _version(package):
 
 
 def _bfloat16():
-    runs, reason = state.bfloat16_support()
+    runs, reason = devices.bfloat16_support()
     if not runs:
         return "cannot run: " + reason
-    native = state.bfloat16_native()
+    native = devices.bfloat16_native()
     if native:
-        tiles = ("; oneDNN's AMX kernels: %s" % (amx.amx_status() or "requested by the first "
-                 "bfloat16 entry point (mxmixed.init, convert, load_bfloat16, --probe)")
-                 if native == "AMX-BF16" else "")
+        status = amx.amx_status() or "not requested (see MXMIXED_BFLOAT16_AMX)"
+        if status.startswith("on"):
+            status += (" (asked for at `import mxmixed`; MXNet ops run before it would leave "
+                       "oneDNN without AMX, slower than float32)")
+        tiles = "; oneDNN's AMX kernels: %s" % status if native == "AMX-BF16" else ""
         return ("native: oneDNN runs bfloat16 with this CPU's %s instructions (`mxmixed info "
                 "--probe` measures the speed-up)%s" % (native, tiles))
     return ("emulated by oneDNN: AVX-512 without AVX512-BF16 or AMX, so bfloat16 runs but is "
             "slower than float32 (`mxmixed info --probe` measures it)")
-
-
-def _to_bfloat16(array):
-    """``array`` cast to bfloat16 by MXNet's ``amp_cast`` (its Python wrappers refuse the name)."""
-    graph = {"nodes": [{"op": "null", "name": "x", "inputs": []},
-                       cast_node("x_bf16", dtypes.BFLOAT16, [0, 0])],
-             "arg_nodes": [0], "heads": [[1, 0, 0]],
-             "attrs": {"mxnet_version": ["int", 10901]}}
-    return load_graph(graph).bind(mx.cpu(), {"x": array}).forward()[0]
 
 
 def probe_bfloat16(repeats=7):
@@ -73,7 +67,7 @@ def probe_bfloat16(repeats=7):
     RuntimeError
         When bfloat16 cannot run here (the reason of :func:`mxmixed.bfloat16_support`).
     """
-    runs, reason = state.bfloat16_support()
+    runs, reason = devices.bfloat16_support()
     if not runs:
         raise RuntimeError("bfloat16 cannot run here: %s" % reason)
     amx.request_amx()
@@ -91,7 +85,7 @@ def probe_bfloat16(repeats=7):
     }
     out = {}
     for name, (op, inputs) in cases.items():
-        variants = (inputs, [_to_bfloat16(a) for a in inputs])
+        variants = (inputs, [to_bfloat16(a) for a in inputs])
         times = ([], [])
         for k in range(repeats + 1):
             for variant, spent in zip(variants, times):

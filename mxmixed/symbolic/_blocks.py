@@ -14,11 +14,10 @@ from mxnet import gluon
 
 from .. import emulation
 from .._core.convert import ConversionError
-from .._core.devices import is_cpu
+from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support, is_cpu
 from .._core.dtypes import FLOAT16
 from .._core.errors import one_line
 from .._core.graph import as_graph, dtype_code, var_dtype
-from .._core.state import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from ._checkpoints import load_checkpoint
 from ._conversion import convert_with
 from ._report import ConversionReport

@@ -23,8 +23,10 @@ from mxnet.contrib import amp
 from .. import emulation
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
-from .._core.state import AMP, BFLOAT16_EMULATED, amp_initialized, bfloat16_native, bfloat16_support
-from ._unlisted import announce, unlisted_ops
+from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
+from .._core.state import AMP, amp_initialized
+from ._accumulate import keeping_accumulation
+from ._unlisted import announce, reads_arrays, unlisted_ops
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
@@ -81,9 +83,14 @@ def _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops):
     unlisted = (unlisted_ops(target_precision_ops, conditional_fp32_ops, fp32_ops)
                 if target == "bfloat16" else [])
     fp32 = _fp32_ops(target, fp32_ops)
+    if fp32 is not None:  # AMP's wrapper fails on ops without inputs (_unlisted.reads_arrays)
+        fp32 = [op for op in fp32 + unlisted if reads_arrays(op)]
     amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
              conditional_fp32_ops=_conditional_fp32_ops(target, conditional_fp32_ops),
-             fp32_ops=fp32 + unlisted if unlisted else fp32)
+             fp32_ops=fp32)
+    if target == "bfloat16":  # MXNet 1.9.1's oneDNN amp_cast drops grad_req='add' (_accumulate)
+        AMP.patches.patch(amp.amp, "_cast_symbol_NDArray",
+                          keeping_accumulation(amp.amp._cast_symbol_NDArray))
     announce(unlisted)
 
 

@@ -11,6 +11,7 @@ the first call of each that meets bfloat16 warn once, naming it. A bfloat16 conv
 (``symbolic``) keeps them float32 too, each named in its report.
 """
 import ctypes
+import functools
 import os
 import re
 import warnings
@@ -21,7 +22,7 @@ from mxnet.contrib import amp
 
 from .._core.convert import NO_BFLOAT16_CPU_OPS
 
-__all__ = ["unlisted_ops", "announce", "UNLISTED_NOTE", "resolves", "missing_kernel"]
+__all__ = ["unlisted_ops", "announce", "UNLISTED_NOTE", "resolves", "missing_kernel", "reads_arrays"]
 
 # Ops that are no layer of a model, or that bfloat16 AMP must leave alone: gradients and the
 # NumPy front end (MXNet 1.9's AMP patches nothing in NumPy mode), AMP's own casts, graphs
@@ -84,6 +85,44 @@ def resolves(name):
         if not hasattr(where, fun):
             return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def reads_arrays(name):
+    """Whether op ``name`` takes arrays (a creation op such as ``_zeros`` takes none).
+
+    AMP's graph-building wrapper cannot wrap an op without inputs: MXNet 1.9.1 asks the new
+    node for its inputs, gets None, and fails with ``TypeError: 'NoneType' object is not
+    iterable``. Its bfloat16 float32 list names 39 such ops (``_zeros``, ``_ones``, ``_full``,
+    the ``_random_*`` samplers ...), so a hybridized ``gluon.rnn.LSTM``, whose begin state is a
+    ``zeros``, fails under bfloat16 AMP. Casting no input changes nothing: such ops need no
+    wrapper.
+
+    Parameters
+    ----------
+    name : str
+        A registered op name ('_zeros', 'RNN').
+
+    Returns
+    -------
+    bool
+        True also for a name MXNet does not know (AMP then raises its own error).
+    """
+    handle = ctypes.c_void_p()
+    if base._LIB.NNGetOpHandle(base.c_str(name), ctypes.byref(handle)) != 0 or not handle.value:
+        return True
+    texts = [ctypes.c_char_p() for _ in range(3)]
+    count = base.mx_uint()
+    names, types, docs = (ctypes.POINTER(ctypes.c_char_p)() for _ in range(3))
+    variable = ctypes.c_char_p()
+    base.check_call(base._LIB.MXSymbolGetAtomicSymbolInfo(
+        handle, ctypes.byref(texts[0]), ctypes.byref(texts[1]), ctypes.byref(count),
+        ctypes.byref(names), ctypes.byref(types), ctypes.byref(docs), ctypes.byref(variable),
+        ctypes.byref(texts[2])))
+    if variable.value:  # a variable number of inputs (Concat, add_n)
+        return True
+    return any(base.py_str(types[i]).startswith(("NDArray", "Symbol"))
+               for i in range(count.value))
 
 
 def unlisted_ops(target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):

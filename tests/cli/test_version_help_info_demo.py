@@ -92,13 +92,13 @@ def test_info_reports_no_internal_layering():
 
 def test_info_bfloat16_line_agrees_with_what_mxnet_needs(monkeypatch):
     from mxmixed.diagnostics import machine
-    from mxmixed._core import state
+    from mxmixed._core import devices
 
-    monkeypatch.setattr(state, "bfloat16_support", lambda: (True, ""), raising=False)
-    monkeypatch.setattr(state, "bfloat16_native", lambda: None, raising=False)
+    monkeypatch.setattr(devices, "bfloat16_support", lambda: (True, ""))
+    monkeypatch.setattr(devices, "bfloat16_native", lambda: None)
     assert machine.collect()["bfloat16"].startswith("emulated by oneDNN")
-    monkeypatch.setattr(state, "bfloat16_support",
-                        lambda: (False, "this CPU lacks avx512bw"), raising=False)
+    monkeypatch.setattr(devices, "bfloat16_support",
+                        lambda: (False, "this CPU lacks avx512bw"))
     line = machine.format_info(machine.collect())
     assert "bfloat16 AMP (MXNet) : cannot run: this CPU lacks avx512bw" in line
 

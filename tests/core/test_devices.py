@@ -9,7 +9,7 @@ import pytest
 from mxnet import gluon
 
 from mxmixed import emulation
-from mxmixed._core import devices, state
+from mxmixed._core import devices
 
 CPU_CONTEXTS = [mx.cpu(), mx.cpu_pinned(), mx.Context("cpu_shared", 0)]
 
@@ -34,9 +34,9 @@ def test_flags_that_cannot_be_read_are_none_and_bfloat16_is_assumed_to_run(monke
         raise FileNotFoundError(path)
     monkeypatch.setattr(devices, "open", unreadable, raising=False)
     assert devices.cpu_flags() is None
-    assert state.bfloat16_native() is None
+    assert devices.bfloat16_native() is None
     if mx.runtime.Features().is_enabled("MKLDNN"):
-        assert state.bfloat16_support() == (True, "")
+        assert devices.bfloat16_support() == (True, "")
 
 
 @pytest.mark.parametrize("ctx", CPU_CONTEXTS, ids=str)

@@ -15,6 +15,8 @@ FLOAT16_RANGE = {65504.0, 65520.0, 2.0 ** -14, 2.0 ** -24, 2.0 ** -25}
 PARAM_SUFFIXES = {"_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var",
                   "_running_mean", "_running_var"}
 CPU_DEVICE_TYPES = {"cpu", "cpu_pinned", "cpu_shared"}
+BFLOAT16_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16",
+                  "amx_tile"}
 MXNET_DTYPE_TABLES = {"_DTYPE_MX_TO_NP", "_DTYPE_NP_TO_MX"}
 # _core/dtypes.py writes MXNet's table of codes out (so that it loads no MXNet) and
 # tests/core/test_dtypes.py compares it with MXNet's own; no module reads MXNet's tables.
@@ -94,6 +96,15 @@ def test_the_cpu_flags_are_read_only_in_core_devices():
         return isinstance(node, ast.Constant) and node.value == "/proc/cpuinfo"
     assert _where(cpuinfo, {"mxmixed/_core/devices.py"}) == [], (
         "use mxmixed._core.devices.cpu_flags()")
+
+
+def test_the_bfloat16_cpu_rules_are_written_only_in_core_devices():
+    """Which CPU flags bfloat16 needs (AVX-512 F/BW/VL/DQ), which run it natively (AVX512-BF16,
+    AMX-BF16) and what AMX needs are decided in _core/devices alone."""
+    def bfloat16_flag(node):
+        return isinstance(node, ast.Constant) and node.value in BFLOAT16_FLAGS
+    assert _where(bfloat16_flag, {"mxmixed/_core/devices.py"}) == [], (
+        "use mxmixed._core.devices.bfloat16_support / bfloat16_native / has_amx_bf16")
 
 
 def test_which_contexts_are_the_cpu_is_said_only_in_core_devices():

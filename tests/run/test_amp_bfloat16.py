@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import run_command
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLIENTS = os.path.join(ROOT, "tests", "data", "clients")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_command
 from mxmixed import emulation
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 from mxmixed.cli._run import run_script
 from mxmixed.cli._run_precision import fp32_ops_problem
 from mxmixed.training._unlisted import resolves

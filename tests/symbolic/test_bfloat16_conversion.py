@@ -11,7 +11,7 @@ from mxnet import gluon
 
 from mxmixed import cli, symbolic
 from mxmixed._core.dtypes import BFLOAT16
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 
 RUNS, WHY = bfloat16_support()
 needs_bfloat16 = pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
@@ -183,9 +183,9 @@ def test_cli_bfloat16_validation_failure_points_at_exclude_not_the_search(cifar,
 
 def test_cli_bfloat16_validate_is_emulated_where_it_cannot_run(cifar, tmp_path, capsys,
                                                                monkeypatch):
-    from mxmixed._core import state
+    from mxmixed._core import devices
 
-    monkeypatch.setattr(state, "bfloat16_support", lambda: (False, "this CPU lacks avx512bw"))
+    monkeypatch.setattr(devices, "bfloat16_support", lambda: (False, "this CPU lacks avx512bw"))
     code = cli.main(["convert", cifar[0], "0", "--out", str(tmp_path / "o"), "--dtype",
                      "bfloat16", "--validate", "2", "--input-shape", "3,32,32"])
     err = capsys.readouterr().err

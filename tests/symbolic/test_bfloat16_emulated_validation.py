@@ -19,14 +19,14 @@ from mxnet import gluon
 
 from conftest import run_python
 from mxmixed import cli, symbolic
-from mxmixed._core import devices, state
+from mxmixed._core import devices
 from mxmixed._core.dtypes import BFLOAT16, FLOAT32
 from mxmixed._core.graph import Graph, dtype_code
 from mxmixed.emulation import _round16
 from mxmixed.symbolic._bfloat16_emulation import bfloat16_entries, emulate_bfloat16
 from mxmixed.symbolic._inference import block_facts, inference_graph, symbol_block
 
-RUNS, WHY = state.bfloat16_support()
+RUNS, WHY = devices.bfloat16_support()
 needs_bfloat16 = pytest.mark.skipif(not RUNS, reason="bfloat16 cannot run here: %s" % WHY)
 # emulated and native outputs, max|y_emulated - y_native| / max|y_native|, measured on an
 # AVX512-BF16 CPU: 0 on the MLP, 0.0066 on resnet18_v1 (folded) at 32 px, 0.0030 at 64 px, where
@@ -41,7 +41,7 @@ def no_avx512(monkeypatch):
     flags = devices.cpu_flags() or set()
     monkeypatch.setattr(devices, "cpu_flags",
                         lambda: flags - {"avx512f", "avx512bw", "avx512vl", "avx512dq"})
-    assert not state.bfloat16_support()[0]
+    assert not devices.bfloat16_support()[0]
 
 
 def _fan_in_init(net, x):
@@ -152,7 +152,7 @@ def _native_and_emulated(fp32, x, monkeypatch):
     native_block = symbol_block(model.symbol, model.arg_params, model.aux_params, mx.cpu())
     assert block_facts(native_block).bfloat16_emulated is None
     native = native_block(mx.nd.array(x)).asnumpy()
-    monkeypatch.setattr(state, "bfloat16_support", lambda: (False, "simulated"))
+    monkeypatch.setattr(devices, "bfloat16_support", lambda: (False, "simulated"))
     block = symbol_block(model.symbol, model.arg_params, model.aux_params, mx.cpu())
     assert block_facts(block).bfloat16_emulated == "simulated"
     emulated = block(mx.nd.array(x)).asnumpy()

@@ -10,7 +10,7 @@ from mxnet import gluon
 from conftest import run_convert
 from mxmixed import symbolic
 from mxmixed._core.graph import Graph
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 from mxmixed.symbolic import ConvertOptions
 from mxmixed.symbolic._fold import fold_batchnorm
 

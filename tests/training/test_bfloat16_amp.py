@@ -9,7 +9,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from mxmixed import checkpoint
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 from mxmixed.tutorial import digits_cnn, digits_loaders, train_precision
 
 RUNS, WHY = bfloat16_support()

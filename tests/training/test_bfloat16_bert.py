@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_command
 from mxmixed._core.convert import NO_BFLOAT16_CPU_OPS
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 from mxmixed.training._amp import _fp32_ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -14,7 +14,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from mxmixed._core.dtypes import BFLOAT16
-from mxmixed._core.state import bfloat16_support
+from mxmixed._core.devices import bfloat16_support
 from mxmixed.training._unlisted import unlisted_ops
 
 RUNS, WHY = bfloat16_support()

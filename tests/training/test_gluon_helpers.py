@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 
 import mxmixed
 from conftest import run_python
-from mxmixed._core import devices, state
+from mxmixed._core import devices
 from mxmixed.scaler import LossScaler
 from mxmixed.tutorial import digits_cnn, digits_loaders, evaluate
 
@@ -98,7 +98,7 @@ def test_bfloat16_needs_avx512_core_not_avx512_bf16(monkeypatch):
     # AVX512_CORE (no AVX512-BF16) and fails at AVX2
     monkeypatch.setattr(devices, "cpu_flags",
                         lambda: {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
-    assert state.bfloat16_support() == (True, "")
+    assert devices.bfloat16_support() == (True, "")
 
 
 def test_init_refuses_numpy_mode():
