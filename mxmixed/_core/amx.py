@@ -25,9 +25,10 @@ What it does
     ``DNNL_MAX_CPU_ISA``, makes oneDNN pick its instruction set with one tiny FullyConnected and
     puts the variable back as it was (a value of the user's, empty included, is restored exactly).
     It holds the interpreter throughout (the op is called through a ``PyDLL`` handle, and no
-    other thread is switched in), so that no thread of this process can start a child process
-    that inherits the variable: a child has no tile permission and would die on its first AMX
-    instruction.
+    other thread is switched in), so that no Python code of another thread can start a child
+    process that inherits the variable: a child has no tile permission and would die on its
+    first AMX instruction. A thread already inside a C call that forks without the interpreter
+    (``os.system``, subprocess's fork) is not held: it can fork during that one op.
 
 The user's say
     ``MXMIXED_BFLOAT16_AMX=0`` leaves oneDNN as it is (read at ``import mxmixed``). A
@@ -43,6 +44,7 @@ import json
 import os
 import platform
 import sys
+import time
 import warnings
 
 from . import devices, env
@@ -156,7 +158,12 @@ def _pick(isa):
     stypes = ctypes.POINTER(ctypes.c_int)()
     variable = ISA_VARIABLES[0]
     saved, interval = os.environ.get(variable), sys.getswitchinterval()
-    sys.setswitchinterval(1e6)  # no other thread between setting the variable and putting it back
+    # a thread waiting for the interpreter asks for it only after a second, far longer than the
+    # pick; one that asked before has its turn now (sleep), not while the variable is set. Never
+    # longer: a thread switched in would keep the interpreter for that long (a busy one hung the
+    # process at 1e6 s)
+    sys.setswitchinterval(max(interval, 1.0))
+    time.sleep(0)
     try:
         os.environ[variable] = isa
         try:
