@@ -163,18 +163,27 @@ def _npy_along(args, model, name, header, axis, wants_samples):
     except OSError as err:
         raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
                        ) from None
-    samples = np.take(whole, np.arange(count), axis=axis)
-    types = {}
-    if samples.dtype.kind in "iu":  # token ids: passed as int32, never as floats
-        samples, types = samples.astype(np.int32), {name: np.dtype(np.int32)}
-    else:
-        samples = samples.astype(np.float32)
-        bad = samples.size - int(np.isfinite(samples).sum())
-        if bad:
-            raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as "
-                           "float32); a validation on them proves nothing"
-                           % (args.inputs, bad, samples.size))
-    return samples, shape, types
+    samples = _model_dtype(np.take(whole, np.arange(count), axis=axis),
+                           "inputs file %s" % args.inputs)
+    return samples, shape, ({name: samples.dtype} if samples.dtype.kind == "i" else {})
+
+
+def _model_dtype(value, source):
+    """``value`` as the model reads it: integers (token ids) as int32, refused beyond its
+    range rather than wrapped; floats as float32, refused where inf or NaN (relu(NaN) is 0 on
+    oneDNN: NaN samples can even pass a validation). ``source`` names it in the one line."""
+    import numpy as np
+
+    if value.dtype.kind in "iub":
+        if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
+            raise CLIError("%s holds integers beyond int32" % source)
+        return value.astype(np.int32)
+    value = value.astype(np.float32)
+    bad = value.size - int(np.isfinite(value).sum())
+    if bad:
+        raise CLIError("%s: %d of the %d values used are inf or NaN (as float32); a validation "
+                       "on them proves nothing" % (source, bad, value.size))
+    return value
 
 
 def inference_of(model):
@@ -363,19 +372,7 @@ def _npz_arrays(args, archive, names, inference, count, strict):
             value = np.take(value, np.arange(rows), axis=axis[name])
         else:
             value = archive.rows(name, rows)
-        if value.dtype.kind in "iub":
-            if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
-                raise CLIError("inputs file %s: array %r holds integers beyond int32"
-                               % (path, name))
-            out[name] = value.astype(np.int32)
-        else:
-            value = value.astype(np.float32)
-            bad = value.size - int(np.isfinite(value).sum())
-            if bad:
-                raise CLIError("inputs file %s: array %r: %d of its %d values used are inf or "
-                               "NaN (as float32); a validation on them proves nothing"
-                               % (path, name, bad, value.size))
-            out[name] = value
+        out[name] = _model_dtype(value, "inputs file %s: array %r" % (path, name))
     return out
 
 
@@ -428,8 +425,4 @@ def _samples(args, shape, header, count, strict):
     except OSError as err:
         raise CLIError("cannot read inputs file %s: %s" % (args.inputs, err.strerror or err)
                        ) from None
-    bad = samples.size - int(np.isfinite(samples).sum())
-    if bad:  # relu(NaN) is 0 on oneDNN: NaN samples can even pass a validation
-        raise CLIError("inputs file %s: %d of the %d values used are inf or NaN (as float32); "
-                       "a validation on them proves nothing" % (args.inputs, bad, samples.size))
-    return samples
+    return _model_dtype(samples, "inputs file %s" % args.inputs)

@@ -307,6 +307,19 @@ def test_a_time_major_npy_is_read_along_its_batch_axis(lm_big_vocab, tmp_path, c
     assert code == 2 and "along its batch axis 1" in err
 
 
+def test_time_major_ids_beyond_int32_are_refused_not_wrapped(lm_big_vocab, tmp_path, capsys):
+    """int64 token ids past int32's range in a time-major .npy: one line, as in a .npz, where
+    a cast to int32 would have wrapped them to other (valid-looking) ids."""
+    ids = np.load(lm_big_vocab + "-inputs.npz")["data"].astype(np.int64)
+    ids[0, 0] = 2 ** 32 + 5
+    path = str(tmp_path / "ids.npy")
+    np.save(path, ids)
+    code, _, err = run_convert([lm_big_vocab, "0", "--out", str(tmp_path / "lm16"),
+                                "--validate", str(N), "--inputs", path], capsys)
+    assert code == 2 and "holds integers beyond int32" in err, err
+    assert not (tmp_path / "lm16-symbol.json").exists()
+
+
 def test_a_float16_conversion_that_converts_nothing_says_so_in_a_warning():
     x = mx.sym.var("data")
     sym = mx.sym.relu(x * 2.0 + 1.0)
