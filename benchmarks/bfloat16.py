@@ -555,6 +555,22 @@ def _load():
     return "%.1f %.1f %.1f" % os.getloadavg()
 
 
+def print_records(records, json_path=None):
+    """Print each record on two lines (figure, spread, goal; absolute times), and write them all
+    to ``json_path`` where given (``bfloat16_order.py`` prints its records the same way)."""
+    for r in records:
+        value = r["value"]
+        text = ("%.3f" % value) if isinstance(value, float) else str(value)
+        spread = "" if not r["spread"] else " (%.2f-%.2f)" % tuple(r["spread"])
+        met = "" if r.get("met") is None else ("  goal %s: %s" % (
+            r["goal"], "met" if r["met"] else "NOT met"))
+        print("- %s | %s: %s %s%s%s\n    %s" % (r["workload"], r["figure"], text, r["unit"],
+                                               spread, met, r["absolute"]))
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump(records, handle, indent=2)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, for a smoke run")
@@ -574,17 +590,7 @@ def main(argv=None):
         return 0
     records = run(args.quick, args.bert_only)
     print("bfloat16 / float32 on this CPU (%.0f s)" % (time.perf_counter() - start))
-    for r in records:
-        value = r["value"]
-        text = ("%.3f" % value) if isinstance(value, float) else str(value)
-        spread = "" if not r["spread"] else " (%.2f-%.2f)" % tuple(r["spread"])
-        met = "" if r.get("met") is None else ("  goal %s: %s" % (
-            r["goal"], "met" if r["met"] else "NOT met"))
-        print("- %s | %s: %s %s%s%s\n    %s" % (r["workload"], r["figure"], text, r["unit"],
-                                               spread, met, r["absolute"]))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(records, handle, indent=2)
+    print_records(records, args.json)
     return 0
 
 

@@ -163,17 +163,9 @@ def main(argv=None):
     records = run(2 if args.quick else 4)
     print("bfloat16 / float32 by the order of a user's calls (%.0f s)"
           % (time.perf_counter() - start))
-    for r in records:
-        value = r["value"]
-        text = ("%.3f" % value) if isinstance(value, float) else str(value)
-        spread = "" if not r["spread"] else " (%.2f-%.2f)" % tuple(r["spread"])
-        met = "" if r.get("met") is None else ("  goal %s: %s" % (
-            r["goal"], "met" if r["met"] else "NOT met"))
-        print("- %s | %s: %s %s%s%s\n    %s" % (r["workload"], r["figure"], text, r["unit"],
-                                               spread, met, r["absolute"]))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(records, handle, indent=2)
+    sys.path.insert(0, HERE)
+    import bfloat16 as suite
+    suite.print_records(records, args.json)
     return 0
 
 
