@@ -132,6 +132,11 @@ def _add_validation_flags(conv):
                            "bfloat16, whose 8-bit significand rounds 8x coarser)")
     conv.add_argument("--keep-failed", action="store_true",
                       help="write the converted files even when the validation fails")
+    conv.add_argument("--speed-rounds", type=int_at_least(0), default=3, metavar="R",
+                      help="after a --validate that passes, a bfloat16 model that runs "
+                           "natively is timed against float32 on one batch, R rounds in "
+                           "alternation (default 3; 0: not timed); a warning names the "
+                           "figure where bfloat16 is slower")
     conv.add_argument("--verbose", action="store_true",
                       help="name every layer kept in float32 (by default: counts per reason and "
                            "the first three names)")
@@ -229,6 +234,9 @@ def command(args):
             given = None
         check = (_validate(args, given, model, exported, samples)
                  if args.validate > 0 else None)
+        given = None
+        if _wants_speed(args, check, tolerance):
+            _speed(args, model, samples)
     except ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
@@ -278,6 +286,24 @@ def _validate(args, given, model, exported, samples):
         print("mxmixed convert: warning: validation is inconclusive: %s"
               % check.inconclusive, file=sys.stderr)
     return check
+
+
+def _wants_speed(args, check, tolerance):
+    """A bfloat16 model that passed its validation natively (not under the emulation)."""
+    return (args.dtype == "bfloat16" and args.speed_rounds > 0 and args.format == "mxnet"
+            and check is not None and check.emulation is None and check.passes(tolerance))
+
+
+def _speed(args, model, samples):
+    """bfloat16 against the float32 checkpoint (read again) on one batch: the figure, and a
+    warning naming it where bfloat16 is slower."""
+    from ..symbolic import compare_speed, load_checkpoint
+
+    speed = compare_speed(load_checkpoint(args.prefix, args.epoch), model, samples,
+                          batch_size=args.batch_size, rounds=args.speed_rounds)
+    _say(speed)
+    if speed.warning():
+        print("mxmixed convert: warning: %s" % speed.warning(), file=sys.stderr)
 
 
 def _say(*parts):

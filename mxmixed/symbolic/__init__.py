@@ -19,6 +19,8 @@ the Module API or from a Gluon ``export()``) gets a float16 model they can check
   both files or neither;
 * :func:`load_float16`: a converted checkpoint as a ready ``SymbolBlock``;
 * :func:`load_bfloat16`: a checkpoint converted to bfloat16 as a fast CPU ``SymbolBlock``;
+* :func:`compare_speed`: a bfloat16 model against float32 on this CPU, timed side by side
+  (:class:`SpeedReport`);
 * :func:`convert_hybrid_block`: ``amp.convert_hybrid_block`` that works on a CPU;
 * :func:`export_onnx` / :func:`validate_onnx`: the float16 model as an ONNX file, with its
   float32 layers kept, validated in onnxruntime (needs the ``onnx`` extra).
@@ -44,6 +46,7 @@ from ._recipe import float16_softmax_symbol, multi_precision_optimizer, multi_pr
 from ._report import ConversionReport
 from ._onnx import OnnxModel, check_onnx, export_onnx, validate_onnx
 from ._search import SearchResult, search_fp32_layers
+from ._speed import SpeedReport, compare_speed
 from ._validation import ValidationReport, model_batch_axes, validate
 
 # inference_graph, batch_axes and model_batch_axes, imported above, are for the CLI's samples
@@ -53,4 +56,5 @@ __all__ = ["ConversionError", "float16_softmax_symbol", "multi_precision_params"
            "checkpoint_paths", "data_inputs",
            "convert", "ConvertOptions", "ConvertedModel", "ConversionReport", "validate", "ValidationReport",
            "search_fp32_layers", "SearchResult", "load_float16", "load_bfloat16",
-           "convert_hybrid_block", "export_onnx", "validate_onnx", "OnnxModel", "check_onnx"]
+           "convert_hybrid_block", "export_onnx", "validate_onnx", "OnnxModel", "check_onnx",
+           "compare_speed", "SpeedReport"]

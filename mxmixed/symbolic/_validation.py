@@ -252,7 +252,8 @@ class Runner:
     def _has_float16(block):
         return any(np.dtype(p.dtype) == FLOAT16 for p in block.collect_params().values())
 
-    def _arrays(self, batch):
+    def arrays(self, batch):
+        """The batch as the NDArrays this model takes, in its input order."""
         if not isinstance(batch, dict):
             if len(self.types) != 1:
                 raise ConversionError("this model has %d data inputs (%s): give the inputs as "
@@ -278,7 +279,7 @@ class Runner:
         return arrays
 
     def __call__(self, batch):
-        inputs = self._arrays(batch)
+        inputs = self.arrays(batch)
         emulate = is_cpu(self.ctx) and not block_facts(self.block).bfloat16
         scope = emulation.emulated() if emulate else contextlib.nullcontext()
         with scope:
