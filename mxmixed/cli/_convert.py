@@ -227,16 +227,17 @@ def command(args):
             shape, axes = _onnx_shapes(given, samples, shape)
             exported = export_onnx(model, shape, given, input_types=types, batch_axes=axes)
             _say(exported)
-        elif args.validate == 0 or model.calibration_outputs is not None:
+        elif ((args.validate == 0 or model.calibration_outputs is not None)
+              and not _times_speed(args)):
             # not run again (the validation compares with the calibration's float32 outputs):
             # the model given, its graph many times its file for a long one, goes before the
             # float16 run and the write
             given = None
         check = (_validate(args, given, model, exported, samples)
                  if args.validate > 0 else None)
+        if _times_speed(args) and check.emulation is None and check.passes(tolerance):
+            _speed(args, given, model, samples)
         given = None
-        if _wants_speed(args, check, tolerance):
-            _speed(args, model, samples)
     except ConversionError as err:
         raise CLIError(str(err)) from None
     except mx.base.MXNetError as err:
@@ -288,19 +289,20 @@ def _validate(args, given, model, exported, samples):
     return check
 
 
-def _wants_speed(args, check, tolerance):
-    """A bfloat16 model that passed its validation natively (not under the emulation)."""
+def _times_speed(args):
+    """A bfloat16 conversion validated here gets its speed timed against float32 (when the
+    validation passes natively, not under the bfloat16 emulation)."""
     return (args.dtype == "bfloat16" and args.speed_rounds > 0 and args.format == "mxnet"
-            and check is not None and check.emulation is None and check.passes(tolerance))
+            and args.validate > 0)
 
 
-def _speed(args, model, samples):
-    """bfloat16 against the float32 checkpoint (read again) on one batch: the figure, and a
-    warning naming it where bfloat16 is slower."""
-    from ..symbolic import compare_speed, load_checkpoint
+def _speed(args, given, model, samples):
+    """bfloat16 against the float32 model given, on one batch: the figure, and a warning
+    naming it where bfloat16 is slower."""
+    from ..symbolic import compare_speed
 
-    speed = compare_speed(load_checkpoint(args.prefix, args.epoch), model, samples,
-                          batch_size=args.batch_size, rounds=args.speed_rounds)
+    speed = compare_speed(given, model, samples, batch_size=args.batch_size,
+                          rounds=args.speed_rounds)
     _say(speed)
     if speed.warning():
         print("mxmixed convert: warning: %s" % speed.warning(), file=sys.stderr)
