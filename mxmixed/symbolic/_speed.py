@@ -9,6 +9,7 @@ measured, not assumed: the bfloat16 block as it serves (:func:`symbol_block`, as
 :func:`load_bfloat16` builds it) against the float32 graph in MXNet's best float32 CPU
 setting (static memory and oneDNN's subgraph backend), one batch, in alternation.
 """
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from ._inference import block_facts
 from ._validation import Runner, batch_size_of, batch_types, split_batches
 
 WARM_UP = 2  # calls before timing: the first builds static memory and oneDNN's primitives
+BLOCK_SECONDS = 0.05  # a round times each model for about this long at least
+MAX_REPEATS = 1000
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,8 @@ class SpeedReport:
     spread : tuple of float
         The smallest and largest ratio over the rounds.
     rounds : int
-        Rounds timed (each calls both models once).
+        Rounds timed; each calls both models, as often as it takes a fast model to fill about
+        50 ms.
     float32_setting : str
         How the float32 model ran: ``'static memory, oneDNN subgraph'`` (MXNet's best float32
         CPU setting), or static memory alone and why the subgraph backend was not used.
@@ -97,7 +101,8 @@ def compare_speed(fp32_model: Any, bf16_model: Any, inputs: Any, batch_size: int
     batch_size : int, default 8
         Samples in the timed batch.
     rounds : int, default 3
-        Rounds of one call per model, after two warm-up calls each.
+        Rounds, each calling one model then the other (as often as it takes a fast model to
+        fill about 50 ms), after two warm-up calls each.
     ctx : mxnet.Context, optional
         The CPU (the default); bfloat16 speed is a CPU measure here.
 
@@ -135,10 +140,11 @@ def compare_speed(fp32_model: Any, bf16_model: Any, inputs: Any, batch_size: int
     for call in calls:
         for _ in range(WARM_UP):
             call()
+    repeats = _repeats(min(call() for call in calls))
     times = ([], [])
     for _ in range(rounds):
         for call, spent in zip(calls, times):
-            spent.append(call())
+            spent.append(sum(call() for _ in range(repeats)) / repeats)
     ratios = [a / b if b > 0 else float("inf") for a, b in zip(*times)]
     reference.release()
     reduced.release()
@@ -163,6 +169,13 @@ def _best_float32(runner, call):
     except mx.base.MXNetError as err:
         runner.block.hybridize(static_alloc=True, static_shape=True)
         return "static memory (oneDNN's subgraph backend refused the graph: %s)" % one_line(err)
+
+
+def _repeats(seconds):
+    """Calls per model per round so that a round of a fast model is not a timer's noise."""
+    if seconds <= 0:
+        return MAX_REPEATS
+    return int(min(MAX_REPEATS, max(1, math.ceil(BLOCK_SECONDS / seconds))))
 
 
 def _timed_call(runner, batch):
