@@ -21,6 +21,7 @@ does), down to float16 for the ops of MXNet's float16 list (Convolution, FullyCo
 Nodes named in ``forced`` always compute in float32, with float32 weights. The fast path, a
 graph that already type-checks, is never touched.
 """
+import ctypes
 import functools
 import re
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ from .graph import (Graph, GraphTypeError, Record, as_graph, cast_node, dtype_co
 from .ops import DETECTION_OPS
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
-           "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS"]
+           "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS",
+           "SLOW_BFLOAT16_CPU_OPS", "op_names"]
 
 # Ops that AMP's bfloat16 lists let bfloat16 reach (unlisted, or on WIDEST_TYPE_CASTS, which
 # keeps bfloat16 when every input is bfloat16) but whose CPU kernels refuse it: "Only FP32 is
@@ -61,6 +63,56 @@ NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
 NO_BFLOAT16_CPU_VARIANTS = (("Activation", "act_type", ["softsign"]),
                             ("LeakyReLU", "act_type", ["prelu", "rrelu"]),
                             ("Pooling", "pool_type", ["lp", "sum"]))
+# Ops whose CPU bfloat16 kernel is MXNet's generic (mshadow) one, measured slower than float32:
+# AMP's bfloat16 lists leave them to their inputs' dtype, and mxmixed's bfloat16 AMP adds them
+# to AMP's float32 list (training._amp; an op the caller names in target_precision_ops stays
+# the caller's). A generic kernel converts element by element, so AMX would not change it.
+# Measured by benchmarks/bfloat16_ops.py (forward + backward, bfloat16 / float32 time, 2-core
+# AMD EPYC with AVX512-BF16, MXNet 1.9.1), which fails when this list and a run disagree.
+# Per entry: its bfloat16 / float32 time on 8x64x56x56 and on 8x128x512.
+SLOW_BFLOAT16_CPU_OPS = (
+    "clip",  # 3.4x, 5.3x: MobileNet v2's ReLU6; its training step 0.40x float32 before
+    "relu",  # 13x, 14x (F.relu; Activation relu is oneDNN's)
+    "abs", "sqrt", "square", "tanh",  # 5.6x 5.4x; 9.9x 6.7x; 22x 22x; 5.2x 4.6x
+    "add_n",  # 2.9x, 2.0x (two bfloat16 inputs: elemwise_add is oneDNN's sum, 1.4-1.7x)
+    "where",  # 1.6x, 3.3x
+    "elemwise_sub", "elemwise_mul", "elemwise_div",  # 6.2x 12x; 11x 23x; 11x 20x
+    "_maximum", "_minimum", "_mod",  # 22x 23x; 27x 28x; 5.8x 5.1x
+    "broadcast_add", "broadcast_sub", "broadcast_div",  # 8.6x 10x; 9.0x 11x; 4.2x 5.7x
+    "broadcast_maximum", "broadcast_minimum", "broadcast_mod",  # 3.7x 1.8x; 2.5x 3.2x; 4.1x 3.7x
+    # the comparisons and logical ops, each 3.3-8.9x (broadcast_mul is on AMP's float32 list):
+    "_equal", "_not_equal", "_greater", "_greater_equal", "_lesser", "_lesser_equal",
+    "_logical_and", "_logical_or", "_logical_xor", "broadcast_equal", "broadcast_not_equal",
+    "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
+    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or",
+    "broadcast_logical_xor")
+
+
+@functools.lru_cache(maxsize=None)
+def op_names(ops):
+    """Every name MXNet registers for the ops ``ops`` (their aliases: ``elemwise_sub`` is also
+    ``_Minus``, ``_minus`` and ``_sub``, each a function of its own that AMP wraps apart).
+
+    Parameters
+    ----------
+    ops : tuple of str
+        Registered op names.
+
+    Returns
+    -------
+    tuple of str
+        ``ops`` first, then their other names, sorted.
+    """
+    handles = {_op_handle(name) for name in ops}
+    aliases = sorted(name for name in mx.operator.get_all_registered_operators()
+                     if name not in ops and _op_handle(name) in handles)
+    return tuple(ops) + tuple(aliases)
+
+
+def _op_handle(name):
+    handle = ctypes.c_void_p()
+    check = mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle))
+    return handle.value if check == 0 else None
 
 
 class ConversionError(ValueError):
