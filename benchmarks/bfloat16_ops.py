@@ -312,7 +312,7 @@ def check_list(rows, slow):
     """Disagreements between the measured rows and ``SLOW_BFLOAT16_CPU_OPS``."""
     from mxmixed._core.convert import SLOW_BFLOAT16_CPU_OPS
 
-    listed = dict(SLOW_BFLOAT16_CPU_OPS)
+    listed = set(SLOW_BFLOAT16_CPU_OPS)
     by_op = {}
     for row in rows:
         by_op.setdefault(row["op"], []).append(row)

@@ -64,23 +64,25 @@ NO_BFLOAT16_CPU_VARIANTS = (("Activation", "act_type", ["softsign"]),
                             ("LeakyReLU", "act_type", ["prelu", "rrelu"]),
                             ("Pooling", "pool_type", ["lp", "sum"]))
 # Ops whose CPU bfloat16 kernel is MXNet's generic (mshadow) one, measured slower than float32:
-# AMP's bfloat16 lists leave them to their inputs' dtype, and mxmixed's bfloat16 AMP adds them
-# to AMP's float32 list (training._amp; an op the caller names in target_precision_ops stays
-# the caller's). A generic kernel converts element by element, so AMX would not change it.
-# Measured by benchmarks/bfloat16_ops.py (forward + backward, bfloat16 / float32 time, 2-core
-# AMD EPYC with AVX512-BF16, MXNet 1.9.1), which fails when this list and a run disagree.
-# Per entry: its bfloat16 / float32 time on 8x64x56x56 and on 8x128x512.
+# AMP's bfloat16 lists leave them to their inputs' dtype, and mxmixed's bfloat16 AMP adds them,
+# under all their names (op_names), to AMP's float32 list (training._amp; an op the caller names
+# in target_precision_ops stays the caller's). A generic kernel converts element by element, so
+# AMX would not change it. Measured by benchmarks/bfloat16_ops.py, which fails when this list
+# and a run disagree: forward + backward, bfloat16 / float32 time on 8x64x56x56 and on
+# 8x128x512 (2026-11-28, 2-core AMD EPYC with AVX512-BF16, no AMX, MXNet 1.9.1, load 2.5).
+# A conversion (symbolic) keeps clip in bfloat16: oneDNN's subgraph backend fuses it into the
+# Convolution (mobilenetv2_1.0 inference 1.50x float32; with clip float32, 0.32x).
 SLOW_BFLOAT16_CPU_OPS = (
-    "clip",  # 3.4x, 5.3x: MobileNet v2's ReLU6; its training step 0.40x float32 before
-    "relu",  # 13x, 14x (F.relu; Activation relu is oneDNN's)
-    "abs", "sqrt", "square", "tanh",  # 5.6x 5.4x; 9.9x 6.7x; 22x 22x; 5.2x 4.6x
-    "add_n",  # 2.9x, 2.0x (two bfloat16 inputs: elemwise_add is oneDNN's sum, 1.4-1.7x)
-    "where",  # 1.6x, 3.3x
-    "elemwise_sub", "elemwise_mul", "elemwise_div",  # 6.2x 12x; 11x 23x; 11x 20x
-    "_maximum", "_minimum", "_mod",  # 22x 23x; 27x 28x; 5.8x 5.1x
-    "broadcast_add", "broadcast_sub", "broadcast_div",  # 8.6x 10x; 9.0x 11x; 4.2x 5.7x
-    "broadcast_maximum", "broadcast_minimum", "broadcast_mod",  # 3.7x 1.8x; 2.5x 3.2x; 4.1x 3.7x
-    # the comparisons and logical ops, each 3.3-8.9x (broadcast_mul is on AMP's float32 list):
+    "clip",  # 3.5x, 4.2x: MobileNet v2's ReLU6 (its training step 0.40x float32 -> 0.95x)
+    "relu",  # 13x, 13x (F.relu; Activation relu is oneDNN's, 0.86x 1.1x)
+    "abs", "sqrt", "square", "tanh",  # 6.1x 5.9x; 8.3x 6.7x; 23x 22x; 4.3x 4.2x
+    "add_n",  # 4.8x, 1.8x (elemwise_add, oneDNN's sum, 1.6x 1.3x, stays bfloat16)
+    "where",  # 2.3x, 2.3x
+    "elemwise_sub", "elemwise_mul", "elemwise_div",  # 12x 12x; 19x 23x; 23x 24x
+    "_maximum", "_minimum", "_mod",  # 27x 29x; 23x 33x; 5.1x 4.8x
+    "broadcast_add", "broadcast_sub", "broadcast_div",  # 11x 8.0x; 9.6x 8.4x; 3.5x 4.2x
+    "broadcast_maximum", "broadcast_minimum", "broadcast_mod",  # 4.0x 3.4x; 3.5x 3.4x; 3.8x 3.3x
+    # the comparisons and logical ops, each 3.3-8.3x (broadcast_mul is on AMP's float32 list):
     "_equal", "_not_equal", "_greater", "_greater_equal", "_lesser", "_lesser_equal",
     "_logical_and", "_logical_or", "_logical_xor", "broadcast_equal", "broadcast_not_equal",
     "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",

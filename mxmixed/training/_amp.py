@@ -161,7 +161,10 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
         For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs,
         ``batch_dot``, ``dot``, ...: ``NO_BFLOAT16_CPU_OPS``) are added to the float32 list,
         AMP's or the one given, and their variants (``Pooling`` with ``pool_type='lp'``, ...)
-        to the conditional float32 list. The ops that none of the lists names (``im2col``,
+        to the conditional float32 list. So are the ops whose CPU bfloat16 kernel is MXNet's
+        generic one, measured slower than float32 (``clip``, ``relu``, elementwise arithmetic,
+        comparisons: ``SLOW_BFLOAT16_CPU_OPS``), unless ``target_precision_ops`` names them.
+        The ops that none of the lists names (``im2col``,
         ...; :func:`~mxmixed.training._unlisted.unlisted_ops`) are float32 too, each named in
         one warning when it first meets bfloat16.
     emulate : {'auto', True, False}, default 'auto'
