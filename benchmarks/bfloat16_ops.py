@@ -95,30 +95,22 @@ NOT_SURVEYED = (("_sparse", "sparse storage"), ("random_pdf", "a density, no lay
                 ("_contrib_PSROIPooling", "detection"), ("_scatter_elemwise_div", "sparse"))
 
 
-def _op_handle(name):
-    from mxnet import base
-
-    handle = ctypes.c_void_p()
-    if base._LIB.NNGetOpHandle(base.c_str(name), ctypes.byref(handle)) != 0:
-        return None
-    return handle.value
-
-
 def coverage():
     """The ops AMP's bfloat16 lists let run in bfloat16 by their inputs, each as surveyed (the
     survey's name), kept float32 by mxmixed, or not surveyed (why); aliases are one op."""
     from mxnet.contrib.amp.lists import symbol_bf16 as lists
 
-    from mxmixed._core.convert import NO_BFLOAT16_CPU_OPS
+    from mxmixed._core.convert import NO_BFLOAT16_CPU_OPS, op_names
 
-    surveyed = {_op_handle(key.split(":")[0]): key.split(":")[0] for key in OPS}
+    surveyed = {alias: op for op in {key.split(":")[0] for key in OPS}
+                for alias in op_names((op,))}
     out = {}
     names = list(lists.BF16_FP32_FUNCS) + list(lists.WIDEST_TYPE_CASTS) + [
         entry[0] for entry in lists.CONDITIONAL_FP32_FUNCS] + ["Pooling"]
     for name in names:
-        handle = _op_handle(name) or _op_handle("_contrib_" + name)
-        if handle in surveyed:
-            out[name] = "surveyed as %s" % surveyed[handle]
+        found = surveyed.get(name) or surveyed.get("_contrib_" + name)
+        if found:
+            out[name] = "surveyed as %s" % found
         elif name in NO_BFLOAT16_CPU_OPS:
             out[name] = "float32 (NO_BFLOAT16_CPU_OPS: no CPU bfloat16 kernel)"
         else:
@@ -151,7 +143,7 @@ def _inputs(spec, shape, dtype, rng):
             "p": lambda: rng.uniform(0.1, 4, shape), "c": lambda: rng.uniform(1, 2, side),
             "m": lambda: rng.randint(0, 2, shape)}
     params = {"g": np.ones, "b": np.zeros, "mean": np.zeros, "var": np.ones}
-    arrays, grads = [], []
+    arrays = []
     for key in spec.split():
         if key in params:
             arrays.append(mx.nd.array(params[key]((channels,))))
@@ -161,7 +153,6 @@ def _inputs(spec, shape, dtype, rng):
             array = mx.nd.amp_cast(array, dtype=BFLOAT16)
         if key != "m":
             array.attach_grad()
-            grads.append(array)
         arrays.append(array)
     return arrays
 
@@ -230,11 +221,10 @@ def measure(name, shape, rounds):
 
 def kernels_child(names):
     """In a process started with DNNL_VERBOSE=1: one bfloat16 forward and backward per op and
-    shape, the log of each between marks; prints one JSON line of {op: {shape: kinds}}."""
+    shape, oneDNN's log of each printed between marks (``read_kernels`` reads it)."""
     import numpy as np
 
     libc = ctypes.CDLL(None)
-    found = {}
 
     def mark(text):
         libc.fflush(None)
@@ -249,7 +239,6 @@ def kernels_child(names):
             fun()
             mark("end")
     libc.fflush(None)
-    return found
 
 
 def read_kernels(log):
