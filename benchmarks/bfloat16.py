@@ -19,8 +19,9 @@ so absolute times drift; the ratios of neighbouring blocks do not drift as much.
   float32 (oneDNN's own Convolution+BatchNorm fusion of an unfolded bfloat16 graph costs
   accuracy, which is why ``load_bfloat16`` does not switch the subgraph backend on);
 * training: one SGD-momentum step (forward, backward, update) of ``resnet50_v1`` at batch 16,
-  224 px, and of ``cifar_resnet20_v1`` at batch 64, with ``mxmixed.amp_scope(target_dtype=
-  'bfloat16')`` and no loss scaling against float32. Goal for ResNet-50: >= 1.5x;
+  224 px, of ``cifar_resnet20_v1`` at batch 64 and of ``mobilenetv2_1.0`` at batch 8 (its
+  ReLU6 is ``clip``, kept float32: ``SLOW_BFLOAT16_CPU_OPS``), with ``mxmixed.amp_scope(
+  target_dtype='bfloat16')`` and no loss scaling against float32. Goal for ResNet-50: >= 1.5x;
 * BERT: gluonnlp's ``BERTClassifier`` (4 layers, 512 units, 8 heads, sequence 128, batch 8,
   random weights): inference through ``symbolic.convert(..., target_dtype='bfloat16')`` and
   ``load_bfloat16`` against the exported float32 pair with static memory and oneDNN's
@@ -535,6 +536,7 @@ def run(quick=False, bert_only=False):
                              pretrained_base=False)
     records += training("resnet50_v1", 16, 224, rounds - 1, 1)
     records += training("cifar_resnet20_v1", 64, 32, rounds + 1, 4, classes=10)
+    records += training("mobilenetv2_1.0", 8, 224, rounds - 1, 2)
     records += _bert(rounds)
     records += accuracy((0, 1, 2), 2 if quick else 4)
     records.append(_rec("machine load", "load average after the run", _load(), "text"))

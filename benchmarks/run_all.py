@@ -66,6 +66,9 @@ SUITES = [
     ("bfloat16", "bfloat16.py", [], ["--quick"],
      "bfloat16 / float32 on this CPU: inference via mxmixed convert, training (ResNet, BERT), "
      "digits accuracy"),
+    ("bfloat16_ops", "bfloat16_ops.py", [], ["--quick"],
+     "bfloat16 / float32 time of each op bfloat16 AMP leaves to its inputs' dtype, and its "
+     "kernel (oneDNN's or MXNet's generic one); checks SLOW_BFLOAT16_CPU_OPS"),
     ("bfloat16_order", "bfloat16_order.py", [], ["--quick"],
      "bfloat16 / float32 with the float32 model run first in the same process (the natural "
      "order), by import order: ResNet-50 v1b and BERT 4x512 (needs gluonnlp), AMX status"),
@@ -100,6 +103,10 @@ HOW = {
                  "steps in alternation; ratio per round; median and min-max over the rounds",
     "bfloat16": "one process; float32 and bfloat16 timed in alternating blocks per round; "
                 "ratio float32/bfloat16 per round; median and min-max over the rounds",
+    "bfloat16_ops": "each op alone, imperative, forward + backward; float32 and bfloat16 "
+                    "inputs timed in alternating blocks per round; ratio bfloat16/float32 per "
+                    "round; median and min-max over the rounds; the kernel from oneDNN's "
+                    "verbose log of one bfloat16 call in a child process",
     "bfloat16_order": "one fresh process per import order and model; the float32 model runs "
                       "first; float32 and bfloat16 timed in alternation per round; ratio "
                       "float32/bfloat16 per round; median and min-max over the rounds",
@@ -266,7 +273,7 @@ def figures(suite, raw):
                                 scaled["ratio"], "x", absolute="%.2f ms vs %.2f ms" % (
                                     scaled["f16_ms"], scaled["f32_ms"]),
                                 forward_ratio=scaled.get("fwd_ratio")))
-    elif suite in ("zoo", "bfloat16", "graph_cost"):
+    elif suite in ("zoo", "bfloat16", "bfloat16_ops", "graph_cost"):
         out.extend(raw)  # these scripts write the common records themselves
     elif suite == "onnx_zoo":
         for r in raw["rows"]:

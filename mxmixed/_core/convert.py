@@ -21,6 +21,7 @@ does), down to float16 for the ops of MXNet's float16 list (Convolution, FullyCo
 Nodes named in ``forced`` always compute in float32, with float32 weights. The fast path, a
 graph that already type-checks, is never touched.
 """
+import ctypes
 import functools
 import re
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ from .graph import (Graph, GraphTypeError, Record, as_graph, cast_node, dtype_co
 from .ops import DETECTION_OPS
 
 __all__ = ["ConversionError", "AmpGraph", "convert_graph", "amp_forced", "settle",
-           "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS"]
+           "param_types_after", "NO_BFLOAT16_CPU_OPS", "NO_BFLOAT16_CPU_VARIANTS",
+           "SLOW_BFLOAT16_CPU_OPS", "op_names"]
 
 # Ops that AMP's bfloat16 lists let bfloat16 reach (unlisted, or on WIDEST_TYPE_CASTS, which
 # keeps bfloat16 when every input is bfloat16) but whose CPU kernels refuse it: "Only FP32 is
@@ -61,6 +63,58 @@ NO_BFLOAT16_CPU_OPS = ("_contrib_interleaved_matmul_selfatt_qk",
 NO_BFLOAT16_CPU_VARIANTS = (("Activation", "act_type", ["softsign"]),
                             ("LeakyReLU", "act_type", ["prelu", "rrelu"]),
                             ("Pooling", "pool_type", ["lp", "sum"]))
+# Ops whose CPU bfloat16 kernel is MXNet's generic (mshadow) one, measured slower than float32:
+# AMP's bfloat16 lists leave them to their inputs' dtype, and mxmixed's bfloat16 AMP adds them,
+# under all their names (op_names), to AMP's float32 list (training._amp; an op the caller names
+# in target_precision_ops stays the caller's). A generic kernel converts element by element, so
+# AMX would not change it. Measured by benchmarks/bfloat16_ops.py, which fails when this list
+# and a run disagree: forward + backward, bfloat16 / float32 time on 8x64x56x56 and on
+# 8x128x512 (2026-11-28, 2-core AMD EPYC with AVX512-BF16, no AMX, MXNet 1.9.1, load 2.5).
+# A conversion (symbolic) keeps clip in bfloat16: oneDNN's subgraph backend fuses it into the
+# Convolution (mobilenetv2_1.0 inference 1.50x float32; with clip float32, 0.32x).
+SLOW_BFLOAT16_CPU_OPS = (
+    "clip",  # 3.5x, 4.2x: MobileNet v2's ReLU6 (its training step 0.40x float32 -> 0.95x)
+    "relu",  # 13x, 13x (F.relu; Activation relu is oneDNN's, 0.86x 1.1x)
+    "abs", "sqrt", "square", "tanh",  # 6.1x 5.9x; 8.3x 6.7x; 23x 22x; 4.3x 4.2x
+    "add_n",  # 4.8x, 1.8x (elemwise_add, oneDNN's sum, 1.6x 1.3x, stays bfloat16)
+    "where",  # 2.3x, 2.3x
+    "elemwise_sub", "elemwise_mul", "elemwise_div",  # 12x 12x; 19x 23x; 23x 24x
+    "_maximum", "_minimum", "_mod",  # 27x 29x; 23x 33x; 5.1x 4.8x
+    "broadcast_add", "broadcast_sub", "broadcast_div",  # 11x 8.0x; 9.6x 8.4x; 3.5x 4.2x
+    "broadcast_maximum", "broadcast_minimum", "broadcast_mod",  # 4.0x 3.4x; 3.5x 3.4x; 3.8x 3.3x
+    # the comparisons and logical ops, each 3.3-8.3x (broadcast_mul is on AMP's float32 list):
+    "_equal", "_not_equal", "_greater", "_greater_equal", "_lesser", "_lesser_equal",
+    "_logical_and", "_logical_or", "_logical_xor", "broadcast_equal", "broadcast_not_equal",
+    "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
+    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or",
+    "broadcast_logical_xor")
+
+
+@functools.lru_cache(maxsize=None)
+def op_names(ops):
+    """Every name MXNet registers for the ops ``ops`` (their aliases: ``elemwise_sub`` is also
+    ``_Minus``, ``_minus`` and ``_sub``, each a function of its own that AMP wraps apart).
+
+    Parameters
+    ----------
+    ops : tuple of str
+        Registered op names.
+
+    Returns
+    -------
+    tuple of str
+        ``ops`` first, then their other names, sorted.
+    """
+    handles = {_op_handle(name) for name in ops}
+    aliases = sorted(name for name in mx.operator.get_all_registered_operators()
+                     if name not in ops and _op_handle(name) in handles)
+    return tuple(ops) + tuple(aliases)
+
+
+def _op_handle(name):
+    handle = ctypes.c_void_p()
+    check = mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle))
+    return handle.value if check == 0 else None
 
 
 class ConversionError(ValueError):

@@ -23,10 +23,12 @@ from mxnet.contrib import amp
 from .. import emulation
 from .._core.amx import request_amx
 from .._core.convert import NO_BFLOAT16_CPU_OPS, NO_BFLOAT16_CPU_VARIANTS
+from .._core.convert import SLOW_BFLOAT16_CPU_OPS, op_names
 from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from .._core.state import AMP, amp_initialized
 from ._accumulate import keeping_accumulation
 from ._unlisted import announce, reads_arrays, unlisted_ops
+from ._unlisted import resolves
 
 __all__ = ["init", "amp_scope", "amp_target", "EMULATION_HINT"]
 
@@ -56,14 +58,22 @@ def _check_target(target_dtype):
     return name
 
 
-def _fp32_ops(target, fp32_ops):
+def _fp32_ops(target, fp32_ops, target_precision_ops=None):
     """The float32 list ``amp.init`` gets: for bfloat16, the given one (or AMP's) plus the ops
     whose CPU kernels are float32 only, which AMP's bfloat16 lists leave to their inputs'
-    dtype."""
+    dtype, and the ops whose CPU bfloat16 kernels are slower than float32 (each under all its
+    names), unless ``target_precision_ops`` names them."""
     if target != "bfloat16":
         return fp32_ops
     ops = list(fp32_ops if fp32_ops is not None else amp.lists.symbol_bf16.FP32_FUNCS)
-    return ops + [op for op in NO_BFLOAT16_CPU_OPS if op not in ops]
+    ops += [op for op in NO_BFLOAT16_CPU_OPS if op not in ops]
+    return ops + [op for op in _slow_ops(target_precision_ops) if op not in ops]
+
+
+def _slow_ops(target_precision_ops):
+    """``SLOW_BFLOAT16_CPU_OPS`` by every name AMP can wrap, less the caller's bfloat16 ops."""
+    kept = op_names(tuple(target_precision_ops or ()))
+    return [op for op in op_names(SLOW_BFLOAT16_CPU_OPS) if op not in kept and resolves(op)]
 
 
 def _conditional_fp32_ops(target, conditional_fp32_ops):
@@ -82,7 +92,7 @@ def _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops):
     float32 too, each announced once when it meets bfloat16 (``training._unlisted``)."""
     unlisted = (unlisted_ops(target_precision_ops, conditional_fp32_ops, fp32_ops)
                 if target == "bfloat16" else [])
-    fp32 = _fp32_ops(target, fp32_ops)
+    fp32 = _fp32_ops(target, fp32_ops, target_precision_ops)
     if fp32 is not None:  # AMP's wrapper fails on ops without inputs (_unlisted.reads_arrays)
         fp32 = [op for op in fp32 + unlisted if reads_arrays(op)]
     amp.init(target_dtype=target, target_precision_ops=target_precision_ops,
@@ -151,7 +161,10 @@ def init(target_dtype: str = "float16", target_precision_ops: Optional[Sequence[
         For bfloat16 the ops without a CPU bfloat16 kernel (gluonnlp's fused attention GEMMs,
         ``batch_dot``, ``dot``, ...: ``NO_BFLOAT16_CPU_OPS``) are added to the float32 list,
         AMP's or the one given, and their variants (``Pooling`` with ``pool_type='lp'``, ...)
-        to the conditional float32 list. The ops that none of the lists names (``im2col``,
+        to the conditional float32 list. So are the ops whose CPU bfloat16 kernel is MXNet's
+        generic one, measured slower than float32 (``clip``, ``relu``, elementwise arithmetic,
+        comparisons: ``SLOW_BFLOAT16_CPU_OPS``), unless ``target_precision_ops`` names them.
+        The ops that none of the lists names (``im2col``,
         ...; :func:`~mxmixed.training._unlisted.unlisted_ops`) are float32 too, each named in
         one warning when it first meets bfloat16.
     emulate : {'auto', True, False}, default 'auto'
