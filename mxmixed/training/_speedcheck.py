@@ -17,7 +17,6 @@ state cannot be saved and restored), and a graph with any other random op is not
 """
 import math
 import re
-import statistics
 import time
 import warnings
 import weakref
@@ -65,9 +64,10 @@ class TrainingSpeed:
     batch_size : int or None
         The first input's first dimension.
     float32_seconds, bfloat16_seconds : float or None
-        Median time of one forward and backward of the block's graph.
+        Time of one forward and backward of the block's graph, in the round whose ratio is
+        the median.
     speedup : float or None
-        Median over the rounds of float32 time / bfloat16 time: above 1, bfloat16 is faster.
+        float32 time / bfloat16 time, the median over the rounds: above 1, bfloat16 is faster.
     spread : tuple of float or None
         The smallest and largest ratio over the rounds.
     rounds : int
@@ -142,7 +142,13 @@ def watch_training_speed():
     Returns
     -------
     None
+
+    Raises
+    ------
+    ValueError
+        For a value of ``MXMIXED_BFLOAT16_SPEED_CHECK`` other than 0 or 1, in one line.
     """
+    switch(SPEED_CHECK)  # a bad value is one line now, before any training
     original = gluon.HybridBlock._call_cached_op
 
     def _call_cached_op(block, *args):
@@ -205,9 +211,10 @@ def _measure(block, args, start):
         for twin in twins:
             twin.release()
     ratios = [a / b if b > 0 else float("inf") for a, b in zip(*times)]
-    return TrainingSpeed(block.name, _batch_size(data), statistics.median(times[0]),
-                         statistics.median(times[1]), statistics.median(ratios),
-                         (min(ratios), max(ratios)), len(ratios), time.perf_counter() - start)
+    middle = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
+    return TrainingSpeed(block.name, _batch_size(data), times[0][middle], times[1][middle],
+                         ratios[middle], (min(ratios), max(ratios)), len(ratios),
+                         time.perf_counter() - start)
 
 
 def _measured_graph(block):
