@@ -8,6 +8,8 @@ CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler
 object (``mxmixed.training._handle``), stored under ``trainer._amp_loss_scaler``.
 
 :func:`init` and :func:`amp_scope` live in ``mxmixed.training._amp`` and are re-exported here.
+:func:`bfloat16_speed` gives what bfloat16 AMP measured of each hybridized block's training
+step against float32 on this CPU (``mxmixed.training._speedcheck``).
 For mxmixed's own commands (``mxmixed run``), not in ``__all__``: ``ClipWatch`` (clipping of
 scaled gradients watched from outside a script), ``OutsideAmp`` (float16 loss scaling for a
 script that has none), ``resolves`` (whether AMP can wrap an op) and

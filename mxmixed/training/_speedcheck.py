@@ -94,7 +94,7 @@ class TrainingSpeed:
         """Whether bfloat16 trained this block slower than float32 here."""
         return self.speedup is not None and self.speedup < 1.0
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         """The record as plain data (a run report's entry)."""
         return asdict(self)
 
@@ -121,7 +121,7 @@ class TrainingSpeed:
                    self.float32_seconds))
 
 
-def bfloat16_speed():
+def bfloat16_speed() -> Tuple[TrainingSpeed, ...]:
     """The bfloat16 training speed of each block measured in this process, in order.
 
     Under bfloat16 AMP, each hybridized block's first training forward is followed by one
@@ -135,7 +135,7 @@ def bfloat16_speed():
     return tuple(_RECORDS)
 
 
-def watch_training_speed():
+def watch_training_speed() -> None:
     """Follow the first training forward of each hybridized block with the measurement, for as
     long as AMP's helpers' patches last (``amp_scope`` undoes it on exit).
 
