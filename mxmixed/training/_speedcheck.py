@@ -33,6 +33,7 @@ from .._core.devices import is_cpu
 from .._core.env import switch
 from .._core.errors import one_line
 from .._core.graph import Graph
+from .._core.ops import CAST_OPS
 from .._core.state import AMP
 
 __all__ = ["TrainingSpeed", "bfloat16_speed", "watch_training_speed", "SPEED_CHECK"]
@@ -222,7 +223,7 @@ def _measured_graph(block):
     measured (None too for a graph without bfloat16)."""
     graph = Graph(block._cached_graph[1])
     ops = {node.op for node in graph.nodes}
-    if not any(node.op in ("amp_cast", "amp_multicast") for node in graph.nodes):
+    if not ops & set(CAST_OPS):
         return None, None
     drawing = sorted(op for op in ops if _RANDOM.match(op))
     if drawing:
