@@ -181,13 +181,18 @@ def _check(block, args):
         warnings.warn(line, stacklevel=_STACK)
 
 
+def _name(block):
+    """The block's name, or its class where it has none (gluoncv's MobileNetV3: '')."""
+    return block.name or type(block).__name__
+
+
 def _batch_size(arrays):
     shapes = [a.shape for a in arrays if isinstance(a, mx.nd.NDArray) and a.shape]
     return int(shapes[0][0]) if shapes else None
 
 
 def _skipped(block, arrays, start, why):
-    return TrainingSpeed(block.name, _batch_size(arrays), None, None, None, None, 0,
+    return TrainingSpeed(_name(block), _batch_size(arrays), None, None, None, None, 0,
                          time.perf_counter() - start, why)
 
 
@@ -203,9 +208,8 @@ def _measure(block, args, start):
     why = _unmeasurable(inputs)
     if why:
         return _skipped(block, data, start, why)
-    bf16 = graph.to_symbol()
-    twins = [_Twin("float32", mx.sym.load_json(bf16.tojson(remove_amp_cast=True)), block, inputs),
-             _Twin("bfloat16", bf16, block, inputs)]
+    twins = [_Twin("float32", _float32_twin(graph), block, inputs),
+             _Twin("bfloat16", graph.to_symbol(), block, inputs)]
     try:
         times = _time(twins)
     finally:
@@ -213,7 +217,7 @@ def _measure(block, args, start):
             twin.release()
     ratios = [a / b if b > 0 else float("inf") for a, b in zip(*times)]
     middle = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
-    return TrainingSpeed(block.name, _batch_size(data), times[0][middle], times[1][middle],
+    return TrainingSpeed(_name(block), _batch_size(data), times[0][middle], times[1][middle],
                          ratios[middle], (min(ratios), max(ratios)), len(ratios),
                          time.perf_counter() - start)
 
@@ -234,6 +238,23 @@ def _measured_graph(block):
     changes = {i: {"p": "0"} for i, node in enumerate(graph.nodes) if node.op in _DROPOUT_OPS
                and node.attrs.get("p", "0") not in ("0", "0.0")}
     return graph.with_attrs(changes), None
+
+
+def _float32_twin(graph):
+    """The graph float32 training runs: without AMP's casts (MXNet's ``remove_amp_cast``) and
+    without the copies of parameters that ``training/_accumulate`` puts before them (a
+    ``_copy`` of a variable read only by casts), which float32 would not make either."""
+    rebuild = graph.rebuild()
+    for i, node in enumerate(graph.nodes):
+        src = node.inputs[0][0] if node.op == "_copy" else None
+        readers = graph.consumers(i) if src is not None else ()
+        if readers and graph.nodes[src].is_variable \
+                and all(graph.nodes[j].op in CAST_OPS for j in readers):
+            rebuild.redirect((i, 0), rebuild.entry([src, 0]))
+        else:
+            rebuild.place(i, rebuild.add(rebuild.mapped(node)))
+    symbol = rebuild.graph().to_symbol()
+    return mx.sym.load_json(symbol.tojson(remove_amp_cast=True))
 
 
 def _inputs(block, data):

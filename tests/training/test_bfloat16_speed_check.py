@@ -2,6 +2,7 @@
 measurement of its forward and backward in bfloat16 against float32: a record for
 ``bfloat16_speed()``, and a warning with the figure where bfloat16 is slower; it leaves the
 user's parameters, gradients and random state as they were, and a failure is one warning."""
+import json
 import warnings
 
 import numpy as np
@@ -181,3 +182,18 @@ def test_a_graph_that_draws_random_numbers_is_not_measured_and_says_why(monkeypa
             _train(_net(extra=noise))
     (record,) = _new_records(before)
     assert record.speedup is None
+
+
+def _ops(symbol):
+    return sorted(node["op"] for node in json.loads(symbol.tojson(remove_amp_cast=False))["nodes"])
+
+
+def test_the_float32_twin_is_the_graph_float32_training_runs():
+    float32 = _net(dropout=0.5)
+    _train(float32)
+    with mxmixed.amp_scope(target_dtype="bfloat16"):
+        amp = _net(dropout=0.5)
+        _train(amp)
+    graph, why = _speedcheck._measured_graph(amp)
+    assert why is None and "_copy" in _ops(graph.to_symbol())  # training/_accumulate's copies
+    assert _ops(_speedcheck._float32_twin(graph)) == _ops(float32._cached_graph[1])
