@@ -197,3 +197,13 @@ def test_the_float32_twin_is_the_graph_float32_training_runs():
     graph, why = _speedcheck._measured_graph(amp)
     assert why is None and "_copy" in _ops(graph.to_symbol())  # training/_accumulate's copies
     assert _ops(_speedcheck._float32_twin(graph)) == _ops(float32._cached_graph[1])
+
+
+def test_a_block_trained_after_the_scope_is_not_measured():
+    original = gluon.HybridBlock._call_cached_op
+    with mxmixed.amp_scope(target_dtype="bfloat16"):
+        assert gluon.HybridBlock._call_cached_op is not original
+    before = len(bfloat16_speed())
+    assert gluon.HybridBlock._call_cached_op is original
+    _train(_net())
+    assert _new_records(before) == ()
