@@ -207,3 +207,15 @@ def test_a_block_trained_after_the_scope_is_not_measured():
     assert gluon.HybridBlock._call_cached_op is original
     _train(_net())
     assert _new_records(before) == ()
+
+
+def test_a_check_that_would_not_fit_in_memory_is_skipped_with_a_note(monkeypatch):
+    monkeypatch.setattr(_speedcheck, "_available_bytes", lambda: 1000)
+    monkeypatch.setattr(_speedcheck, "_step_seconds", lambda twin: pytest.fail("timed"))
+    before = len(bfloat16_speed())
+    with pytest.warns(UserWarning, match=r"not measured: it would need about \d+ MB of memory "
+                                         r"for a few seconds, and 0 MB is available"):
+        with mxmixed.amp_scope(target_dtype="bfloat16"):
+            _, losses = _train(_net(), steps=2)
+    (record,) = _new_records(before)
+    assert record.speedup is None and len(losses) == 2
