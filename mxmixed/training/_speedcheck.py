@@ -6,8 +6,8 @@ step is slower in bfloat16 than in float32 while ResNets are faster; with AMX, s
 convolutions are slower. So it is measured, not assumed. Under bfloat16 AMP (``init`` /
 ``amp_scope``), the first training forward (autograd recording) of each hybridized block is
 followed by one measurement: the block's cached bfloat16 graph and its float32 twin (the same
-graph without AMP's casts) each run forward and backward on a copy of that call's inputs and of
-the block's parameters, in alternation. Where bfloat16 is slower, one warning gives the figure;
+graph without AMP's casts and the parameter copies before them) each run forward and backward on
+a copy of that call's inputs and of the block's parameters, in alternation. Where bfloat16 is slower, one warning gives the figure;
 every result is kept for :func:`bfloat16_speed` (and ``mxmixed run``'s report).
 
 The measurement never touches the block's parameters, gradients or running statistics (it works
@@ -324,8 +324,7 @@ class _Twin:
         self.name = name
         ctx = next(v.context for _, v in inputs if isinstance(v, mx.nd.NDArray))
         aux = set(symbol.list_auxiliary_states())
-        flags = [(k, v) for k, v in block._flags] if block._flags else []
-        self.op = mx.nd.CachedOp(symbol, flags)
+        self.op = mx.nd.CachedOp(symbol, list(block._flags or ()))  # the block's own settings
         self.arrays, self.grads = [], []
         given = dict(inputs)
         with autograd.pause():
