@@ -7,8 +7,9 @@ convolutions are slower. So it is measured, not assumed. Under bfloat16 AMP (``i
 ``amp_scope``), the first training forward (autograd recording) of each hybridized block is
 followed by one measurement: the block's cached bfloat16 graph and its float32 twin (the same
 graph without AMP's casts and the parameter copies before them) each run forward and backward on
-a copy of that call's inputs and of the block's parameters, in alternation. Where bfloat16 is slower, one warning gives the figure;
-every result is kept for :func:`bfloat16_speed` (and ``mxmixed run``'s report).
+a copy of that call's inputs and of the block's parameters, in alternation. Where bfloat16 is
+slower, one warning gives the figure; every result is kept for :func:`bfloat16_speed` (and
+``mxmixed run``'s report).
 
 The measurement never touches the block's parameters, gradients or running statistics (it works
 on copies), and draws no random numbers: its graphs run Dropout with ``p=0`` (MXNet's random
