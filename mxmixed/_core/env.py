@@ -24,6 +24,10 @@ SWITCHES = {
     "MXMIXED_BFLOAT16_AMX": (
         "1", "the bfloat16 entry points switch on oneDNN's AMX kernels where the CPU has AMX "
              "(MXNet 1.9.1's oneDNN leaves them off); 0 leaves oneDNN as it is"),
+    "MXMIXED_BFLOAT16_SPEED_CHECK": (
+        "1", "under bfloat16 AMP, each hybridized block's first training step is followed by "
+             "one measurement of bfloat16 against float32, with a warning where bfloat16 is "
+             "slower; 0 skips it"),
     "MXMIXED_PROGRESS": (
         "", "progress bars are always drawn; 0 never; unset: only on a terminal or in Jupyter"),
 }

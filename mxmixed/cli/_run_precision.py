@@ -190,8 +190,17 @@ def _step_line(summary, amp):
                                      else "emulated by oneDNN: slower than float32")
     else:
         how = "as the script runs it"
-    return "mxmixed run: %d optimizer steps, median step %.4f s (%s)" % (
-        summary["steps"], median, how)
+    return "mxmixed run: %d optimizer steps, median step %.4f s (%s)%s" % (
+        summary["steps"], median, how, _speed_note() if amp == "bfloat16" else "")
+
+
+def _speed_note():
+    """What bfloat16 AMP measured of each block's training step against float32, or ''."""
+    from ..training import bfloat16_speed
+
+    parts = [("%s not measured" % r.block) if r.skipped else "%s %.2fx%s" % (
+        r.block, r.speedup, " (slower)" if r.slower else "") for r in bfloat16_speed()]
+    return "; bfloat16 against float32, per block: %s" % ", ".join(parts) if parts else ""
 
 
 def trained_in(recorder, amp):
@@ -213,9 +222,14 @@ def trained_in(recorder, amp):
 
 
 def run_facts(recorder, amp, outside):
-    """The report's entries about the run's precision: ``trained_in``, and under
-    ``--amp float16`` what the runner switched on (``amp_float16``)."""
+    """The report's entries about the run's precision: ``trained_in``; under ``--amp float16``
+    what the runner switched on (``amp_float16``); under bfloat16 AMP each block's training
+    step measured against float32 (``bfloat16_speed``, :func:`mxmixed.training.bfloat16_speed`)."""
+    from ..training import bfloat16_speed
+
     facts = {"trained_in": trained_in(recorder, amp)}
+    if amp == "bfloat16" or bfloat16_speed():
+        facts["bfloat16_speed"] = [record.as_dict() for record in bfloat16_speed()]
     if outside is not None:
         facts["amp_float16"] = outside.summary()
     return facts

@@ -8,6 +8,8 @@ CPU float16 emulation where no GPU is present. A Trainer is linked to its scaler
 object (``mxmixed.training._handle``), stored under ``trainer._amp_loss_scaler``.
 
 :func:`init` and :func:`amp_scope` live in ``mxmixed.training._amp`` and are re-exported here.
+:func:`bfloat16_speed` gives what bfloat16 AMP measured of each hybridized block's training
+step against float32 on this CPU (``mxmixed.training._speedcheck``).
 For mxmixed's own commands (``mxmixed run``), not in ``__all__``: ``ClipWatch`` (clipping of
 scaled gradients watched from outside a script), ``OutsideAmp`` (float16 loss scaling for a
 script that has none), ``resolves`` (whether AMP can wrap an op) and
@@ -31,6 +33,7 @@ from .._core.finite import param_grads, sums_of_squares
 from ._handle import (ATTRIBUTE, TrainerHandle, attach, attached_elsewhere,
                       follow_linked_scaler, handle_of, handle_scale_loss)
 from ._outside import OutsideAmp
+from ._speedcheck import TrainingSpeed, bfloat16_speed
 from ._unlisted import missing_kernel, resolves
 from .._core.kvstore import (ensure_local_updates, init_kvstore, ready_kvstore,
                        trainer_is_distributed)
@@ -40,7 +43,8 @@ from ..scaler import LossScaler
 
 # unlisted_ops, imported above, is for symbolic's conversion, not for users
 __all__ = ["init", "amp_scope", "init_trainer", "loss_scaler", "scale_loss", "unscale",
-           "clip_global_norm", "step", "amp_initialized", "init_kvstore"]
+           "clip_global_norm", "step", "amp_initialized", "init_kvstore", "bfloat16_speed",
+           "TrainingSpeed"]
 
 _Losses = Union[mx.nd.NDArray, List[mx.nd.NDArray]]  # a loss, or the losses of several devices
 

@@ -27,6 +27,7 @@ from .._core.convert import SLOW_BFLOAT16_CPU_OPS, op_names
 from .._core.devices import BFLOAT16_EMULATED, bfloat16_native, bfloat16_support
 from .._core.state import AMP, amp_initialized
 from ._accumulate import keeping_accumulation
+from ._speedcheck import watch_training_speed
 from ._unlisted import announce, reads_arrays, unlisted_ops
 from ._unlisted import resolves
 
@@ -101,6 +102,7 @@ def _amp_init(target, target_precision_ops, conditional_fp32_ops, fp32_ops):
     if target == "bfloat16":  # MXNet 1.9.1's oneDNN amp_cast drops grad_req='add' (_accumulate)
         AMP.patches.patch(amp.amp, "_cast_symbol_NDArray",
                           keeping_accumulation(amp.amp._cast_symbol_NDArray))
+        watch_training_speed()  # training/_speedcheck: measured once per block, said if slower
     announce(unlisted)
 
 

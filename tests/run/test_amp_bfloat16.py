@@ -1,7 +1,7 @@
 """``mxmixed run --amp bfloat16``: an unmodified float32 gluon-cv style script (tests/data/clients/)
 trains with bfloat16 AMP switched on before it starts; the report and a line on stderr give
-step times to set next to a float32 run; a script that calls amp.init itself is told, in one
-line, that its call is ignored."""
+step times to set next to a float32 run, and the net's training step measured against float32;
+a script that calls amp.init itself is told, in one line, that its call is ignored."""
 import json
 import math
 import os
@@ -58,6 +58,9 @@ def test_amp_bfloat16_trains_an_unmodified_float32_script_and_times_its_steps(tm
     assert len(metrics["loss"]) == ITERS and all(math.isfinite(v) for v in metrics["loss"])
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mxmixed run:")]
     assert len(lines) == 1 and "%d optimizer steps, median step" % ITERS in lines[0]
+    (speed,) = report["bfloat16_speed"]  # the net's training step, measured once
+    assert speed["block"] in lines[0] and speed["skipped"] is None
+    assert speed["float32_seconds"] > 0 and speed["bfloat16_seconds"] > 0 and speed["speedup"] > 0
     assert "bfloat16 AMP" in lines[0]
 
 
