@@ -37,6 +37,7 @@ from .._core.env import switch
 from .._core.errors import one_line
 from .._core.graph import Graph
 from .._core.ops import CAST_OPS
+from .._core.progress import progress
 from .._core.state import AMP
 
 __all__ = ["TrainingSpeed", "bfloat16_speed", "watch_training_speed", "SPEED_CHECK"]
@@ -216,7 +217,7 @@ def _measure(block, args, start):
     twins = [_Twin("float32", float32, block, inputs),
              _Twin("bfloat16", graph.to_symbol(), block, inputs)]
     try:
-        times = _time(twins)
+        times = _time(twins, _name(block))
     finally:
         for twin in twins:
             twin.release()
@@ -372,18 +373,24 @@ def _step_seconds(twin):
     return time.perf_counter() - start
 
 
-def _time(twins):
-    """Each twin's step times over the rounds, float32 first, after the warm-up."""
+def _time(twins, block_name):
+    """Each twin's step times over the rounds, float32 first, after the warm-up; a bar that
+    goes away when done, where someone watches (a large model takes seconds)."""
     mx.nd.waitall()  # the user's forward, pending, is not timed
     fastest = float("inf")
-    for _ in range(WARM_UP):
-        for twin in twins:
-            start = time.perf_counter()
-            twin.step()
-            fastest = min(fastest, time.perf_counter() - start)
-    repeats = int(min(MAX_REPEATS, max(1, math.ceil(ROUND_SECONDS / max(fastest, 1e-9)))))
-    times = ([], [])
-    for _ in range(ROUNDS):
-        for twin, spent in zip(twins, times):
-            spent.append(sum(_step_seconds(twin) for _ in range(repeats)) / repeats)
+    steps = progress(total=WARM_UP + ROUNDS, leave=False, widget=False,
+                     desc="bfloat16 against float32, once (%s)" % block_name)
+    with steps:
+        for _ in range(WARM_UP):
+            for twin in twins:
+                start = time.perf_counter()
+                twin.step()
+                fastest = min(fastest, time.perf_counter() - start)
+            steps.update()
+        repeats = int(min(MAX_REPEATS, max(1, math.ceil(ROUND_SECONDS / max(fastest, 1e-9)))))
+        times = ([], [])
+        for _ in range(ROUNDS):
+            for twin, spent in zip(twins, times):
+                spent.append(sum(_step_seconds(twin) for _ in range(repeats)) / repeats)
+            steps.update()
     return times

@@ -154,7 +154,7 @@ def test_parameters_gradients_and_random_state_are_those_of_a_run_without_the_ch
 
 
 def test_a_failed_measurement_is_one_warning_and_training_goes_on(monkeypatch):
-    def broken(twins):  # a real MXNet error, with its C++ location and traceback
+    def broken(twins, block_name):  # a real MXNet error, with its C++ location and traceback
         mx.nd.dot(mx.nd.ones((2, 3)), mx.nd.ones((2, 3))).wait_to_read()
     monkeypatch.setattr(_speedcheck, "_time", broken)
     before = len(bfloat16_speed())
