@@ -47,6 +47,7 @@ WARM_UP = 1  # steps of each graph before timing: the first builds memory and on
 ROUNDS = 3  # timed rounds, each one step of each graph (more for a small one: ROUND_SECONDS)
 ROUND_SECONDS = 0.05  # a round repeats a fast step for about this long: one step is timer noise
 MAX_REPEATS = 50
+BAR_DELAY = 1.0  # seconds before the bar shows: a small model's check ends before
 # ops that draw random numbers (MXNet's random state cannot be saved); Dropout and RNN's
 # dropout are measured with p=0 instead
 _RANDOM = re.compile(r"^_?(random_(?!pdf)|sample_|npi_(bernoulli|choice|gamma|multinomial|normal|"
@@ -375,10 +376,10 @@ def _step_seconds(twin):
 
 def _time(twins, block_name):
     """Each twin's step times over the rounds, float32 first, after the warm-up; a bar that
-    goes away when done, where someone watches (a large model takes seconds)."""
+    goes away when done, where someone watches and the check takes over a second."""
     mx.nd.waitall()  # the user's forward, pending, is not timed
     fastest = float("inf")
-    steps = progress(total=WARM_UP + ROUNDS, leave=False, widget=False,
+    steps = progress(total=WARM_UP + ROUNDS, leave=False, widget=False, delay=BAR_DELAY,
                      desc="bfloat16 against float32, once (%s)" % block_name)
     with steps:
         for _ in range(WARM_UP):
