@@ -30,16 +30,16 @@ is downloaded; the scripts' loaders would download the data sets, each checked b
   names used: six's ``unichr`` and ``string_types``, a ``MosesDetokenizer`` that joins tokens.
 
 The scripts are copied into the temporary folder and run from there (the translation script
-caches its processed data beside itself), unmodified. Each script runs through
-``python -m mxmixed run --report R`` as float32 (the script as it is)
-and with ``--amp float16`` (dynamic loss scaling), the big LM also with ``--amp float16
---loss-scale 1`` (no scaling), the Transformer also with ``--amp bfloat16`` (where MXNet can
-run bfloat16: it fails with the runner's one line elsewhere), at small sizes, each run bounded by ``--limit`` seconds. The
-table gives the script's own logged training loss (first and last), its validation loss where
-it logs one, the share of float32's loss drop each run recovers, the runner's report (steps,
-skipped steps, loss scale, clipping call sites and whether they were unscaled first), the exit
-code and the wall time. ``--json PATH`` writes it all. It says nothing about speed (the
-emulation is for numerics).
+caches its processed data beside itself), unmodified. Each script runs through ``python -m
+mxmixed run --report R`` as float32 (the script as it is) and with ``--amp float16`` (dynamic
+loss scaling), the big LM also with ``--amp float16 --loss-scale 1`` (no scaling), the
+Transformer also with ``--amp bfloat16`` (where MXNet can run bfloat16: it fails with the
+runner's one line elsewhere), at small sizes, each run bounded by ``--limit`` seconds. The table
+gives the script's own logged training loss (first and last), its validation loss where it logs
+one, the share of float32's loss drop each run recovers, the runner's report (steps, skipped
+steps, loss scale, clipping call sites and whether they were unscaled first), the exit code and
+the wall time. ``--json PATH`` writes it all. It says nothing about speed (the emulation is for
+numerics).
 
 Usage: ``python benchmarks/gluonnlp_lm_scripts.py --scripts DIR [--only word big transformer]
 [--work DIR] [--limit S] [--json PATH]``
