@@ -431,10 +431,12 @@ def main(argv=None):
     # gpu_fidelity.py is a two-machine harness (cases on a CPU, PyTorch on a GPU), run by hand;
     # gluonnlp_scripts.py and gluonnlp_lm_scripts.py need GluonNLP's scripts, fetched by a
     # person (docs/run.md); gluonnlp_lm.py measures the figures of docs/gluon.md's LSTM section
-    # (minutes of runs)
+    # (minutes of runs); gluonnlp_families.py gives docs/symbolic.md's per-family conversion
+    # table (every GluonNLP family through three formats: minutes), which
+    # tests/symbolic/test_gluonnlp_families.py checks family by family
     known = {s[1] for s in SUITES} | {os.path.basename(__file__), "gpu_fidelity.py",
                                       "gluonnlp_scripts.py", "gluonnlp_lm_scripts.py",
-                                      "gluonnlp_lm.py"}
+                                      "gluonnlp_lm.py", "gluonnlp_families.py"}
     results["not_run"] = sorted(f for f in os.listdir(HERE) if f.endswith(".py")
                                 and not f.startswith("_") and f not in known)
 
