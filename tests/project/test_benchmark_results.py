@@ -319,7 +319,24 @@ def _bfloat16_md(c):
             " ".join("%.3f" % a for a in acc["bfloat16"]))),
         ("same run the benchmark's `mxmixed convert", "exited %d" % bf(
             "ssd_512_mobilenet1.0_voc", "inference speed-up, batch 4, 512")["convert_exit_code"]),
-    ] + _bert_rows(table, bf, words)
+    ] + _bert_rows(table, bf, words) + _order_rows(c)
+
+
+def _order_rows(c):
+    """The natural order's figures (benchmarks/bfloat16_order.py), by import order."""
+    raw = c["suites"]["bfloat16_order"]["raw"]
+
+    def figures(model):
+        found = {r["figure"].split(", ")[2].split(":")[0]: r for r in raw
+                 if r["workload"] == model and r.get("value") is not None}
+        return [found[o] for o in ("mxmixed-imported-first", "mxnet-imported-first",
+                                   "ops-before-import")]
+    resnet, bert = figures("resnet50_v1b"), figures("BERT 4x512")
+    return [("benchmarks/bfloat16_order.py` (`make bench`) measures",
+             "ResNet-50 v1b batch 8 %.2fx / %.2fx / %.2fx, BERT 4x512 batch 8 %.2fx / %.2fx / "
+             "%.2fx float32, errors %.4f and %.4f" % (
+                 *(r["value"] for r in resnet), *(r["value"] for r in bert),
+                 resnet[0]["error_bfloat16"], bert[0]["error_bfloat16"]))]
 
 
 def _bert_rows(table, bf, words):
