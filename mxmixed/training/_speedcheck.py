@@ -33,6 +33,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon.block import _flatten
 
 from .._core.devices import is_cpu
+from .._core.dtypes import BFLOAT16
 from .._core.env import switch
 from .._core.errors import one_line
 from .._core.graph import Graph
@@ -61,6 +62,8 @@ _STACK = 5  # warn -> _check -> _call_cached_op -> HybridBlock.forward -> Block.
 
 _MEASURED = weakref.WeakSet()  # the blocks whose first training forward was followed up
 _RECORDS = []
+# since which record the blocks count together, and whether this AMP warned already
+_SCOPE = {"since": 0, "warned": False}
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ def watch_training_speed() -> None:
         For a value of ``MXMIXED_BFLOAT16_SPEED_CHECK`` other than 0 or 1, in one line.
     """
     switch(SPEED_CHECK)  # a bad value is one line now, before any training
+    _SCOPE.update(since=len(_RECORDS), warned=False)
     original = gluon.HybridBlock._call_cached_op
 
     def _call_cached_op(block, *args):
@@ -188,7 +192,29 @@ def _check(block, args):
     _RECORDS.append(record)
     line = record.warning()
     if line:
+        _SCOPE["warned"] = True
+    elif not _SCOPE["warned"]:
+        line = _together(_RECORDS[_SCOPE["since"]:])
+        _SCOPE["warned"] = line is not None
+    if line:
         warnings.warn(line, stacklevel=_STACK)
+
+
+def _together(records):
+    """One line where the blocks measured under this AMP, none slower by a millisecond a step
+    alone, are together (a model hybridized in pieces, as GluonNLP's Transformer); or None."""
+    measured = [r for r in records if r.speedup is not None]
+    float32 = sum(r.float32_seconds for r in measured)
+    bfloat16 = sum(r.bfloat16_seconds for r in measured)
+    if len(measured) < 2 or bfloat16 - float32 < NEGLIGIBLE_SECONDS:
+        return None
+    slower = [r.block for r in measured if r.slower]
+    return ("bfloat16 training of blocks %s is slower than float32 on this CPU, together with "
+            "the %d blocks measured with them: %.2fx (forward+backward a step: bfloat16 %.3g s, "
+            "float32 %.3g s); train in float32 here, or keep the slow ops float32 "
+            "(fp32_ops=...)" % (", ".join("'%s'" % b for b in slower[:5])
+                                + (", ..." if len(slower) > 5 else ""), len(measured),
+                                float32 / bfloat16, bfloat16, float32))
 
 
 def _name(block):
@@ -339,8 +365,10 @@ class _Twin:
             for name_ in symbol.list_inputs():
                 value = given[name_]
                 array = (value if isinstance(value, mx.nd.NDArray) else value.data(ctx)).copy()
-                req = "null" if isinstance(value, mx.nd.NDArray) or name_ in aux \
-                    else value.grad_req
+                if isinstance(value, mx.nd.NDArray):
+                    req = "write" if _reached_by_backward(value) else "null"
+                else:
+                    req = "null" if name_ in aux else value.grad_req
                 if req != "null":
                     array.attach_grad(grad_req=req)
                     self.grads.append(array.grad)
@@ -360,6 +388,20 @@ class _Twin:
 
     def release(self):
         self.op = self.arrays = self.grads = self.heads = None
+
+
+def _reached_by_backward(array):
+    """Whether the user's backward flows into this input of the block: a floating array
+    recorded from parameters (an embedding's output fed to an encoder hybridized apart), as
+    autograd's own graph of it says."""
+    dtype = np.dtype(array.dtype)
+    if dtype.kind != "f" and dtype != BFLOAT16:
+        return False
+    try:
+        autograd.get_symbol(array)
+    except mx.base.MXNetError:  # not recorded, or recorded from arrays without gradients
+        return False
+    return True
 
 
 def _ones(out):
