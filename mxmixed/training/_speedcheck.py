@@ -90,6 +90,9 @@ class TrainingSpeed:
         How long the whole check took (binding and warm-up included).
     skipped : str or None
         Why the block was not measured (the other fields are then None), or None.
+    backward : bool
+        Whether its step has a backward: False for a block no gradient flows through (a label
+        smoothing of the targets), whose forward alone is timed.
     """
 
     block: str
@@ -101,6 +104,7 @@ class TrainingSpeed:
     rounds: int
     check_seconds: float
     skipped: Optional[str] = None
+    backward: bool = True
 
     @property
     def slower(self) -> bool:
@@ -114,10 +118,13 @@ class TrainingSpeed:
     def __str__(self):
         if self.skipped:
             return "%s: not measured (%s)" % (self.block, self.skipped)
-        return ("%s: bfloat16 %.2fx float32 (%.2f-%.2f; forward+backward, batch %s: bfloat16 "
+        return ("%s: bfloat16 %.2fx float32 (%.2f-%.2f; %s, batch %s: bfloat16 "
                 "%.3g s, float32 %.3g s)" % (self.block, self.speedup, self.spread[0],
-                                              self.spread[1], self.batch_size,
+                                              self.spread[1], self._timed(), self.batch_size,
                                               self.bfloat16_seconds, self.float32_seconds))
+
+    def _timed(self):
+        return "forward+backward" if self.backward else "forward only: no gradient flows through it"
 
     def warning(self) -> Optional[str]:
         """One line for a user: that bfloat16 is slower here, with the figure, or why the block
@@ -129,10 +136,10 @@ class TrainingSpeed:
         if not self.slower or self.bfloat16_seconds - self.float32_seconds < NEGLIGIBLE_SECONDS:
             return None
         return ("bfloat16 training of block '%s' is slower than float32 on this CPU: %.2fx "
-                "(forward+backward, batch %s: bfloat16 %.3g s, float32 %.3g s); train in "
+                "(%s, batch %s: bfloat16 %.3g s, float32 %.3g s); train in "
                 "float32 here, or keep the slow ops float32 (fp32_ops=...)"
-                % (self.block, self.speedup, self.batch_size, self.bfloat16_seconds,
-                   self.float32_seconds))
+                % (self.block, self.speedup, self._timed(), self.batch_size,
+                   self.bfloat16_seconds, self.float32_seconds))
 
 
 def bfloat16_speed() -> Tuple[TrainingSpeed, ...]:
@@ -250,6 +257,7 @@ def _measure(block, args, start):
              _Twin("bfloat16", graph.to_symbol(), block, inputs)]
     try:
         times = _time(twins, _name(block))
+        backward = bool(twins[1].grads)
     finally:
         for twin in twins:
             twin.release()
@@ -257,7 +265,7 @@ def _measure(block, args, start):
     middle = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
     return TrainingSpeed(_name(block), _batch_size(data), times[0][middle], times[1][middle],
                          ratios[middle], (min(ratios), max(ratios)), len(ratios),
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, backward=backward)
 
 
 def _measured_graph(block):
@@ -376,7 +384,14 @@ class _Twin:
         self.heads = None
 
     def step(self):
-        """One forward (training mode, recorded) and backward, waited for."""
+        """One forward (training mode, recorded) and backward, waited for; the forward alone
+        where no gradient flows through the block."""
+        if not self.grads:
+            with autograd.pause(train_mode=True):
+                out = self.op(*self.arrays)
+            for array in out if isinstance(out, (list, tuple)) else [out]:
+                array.wait_to_read()
+            return
         with autograd.record(train_mode=True):
             out = self.op(*self.arrays)
         outs = out if isinstance(out, (list, tuple)) else [out]

@@ -274,3 +274,23 @@ def test_pieces_each_slower_by_under_a_millisecond_warn_once_together(monkeypatc
                      "(forward+backward a step: bfloat16 0.0036 s, float32 0.002 s); train in "
                      "float32 here, or keep the slow ops float32 (fp32_ops=...)"
                      % (body.name, head.name)]
+
+
+def test_a_block_no_gradient_flows_through_is_timed_forward_only():
+    targets = gluon.nn.HybridLambda(lambda F, y: F.one_hot(y, 10) * 0.9 + 0.01)
+    targets.hybridize()
+    before = len(bfloat16_speed())
+    with mxmixed.amp_scope(target_dtype="bfloat16"):
+        net = _net()
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                update_on_kvstore=False)
+        with autograd.record():
+            soft = targets(Y)
+            loss = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)(net(X), soft)
+        loss.backward()
+        trainer.step(X.shape[0])
+    records = {r.block: r for r in _new_records(before)}
+    label = records[targets.name]  # AMP casts its arithmetic's inputs to float32
+    assert label.skipped is None and not label.backward
+    assert "forward only: no gradient flows through it" in str(label)
+    assert records[net.name].backward
