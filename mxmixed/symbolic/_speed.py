@@ -9,8 +9,6 @@ measured, not assumed: the bfloat16 block as it serves (:func:`symbol_block`, as
 :func:`load_bfloat16` builds it) against the float32 graph in MXNet's best float32 CPU
 setting (static memory and oneDNN's subgraph backend), one batch, in alternation.
 """
-import math
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
@@ -21,12 +19,11 @@ from .._core.amx import amx_status
 from .._core.convert import ConversionError
 from .._core.devices import bfloat16_native, is_cpu
 from .._core.errors import one_line
+from .._core.timing import median_round, repeats_for
 from ._inference import block_facts
 from ._validation import Runner, batch_size_of, batch_types, split_batches
 
 WARM_UP = 2  # calls before timing: the first builds static memory and oneDNN's primitives
-BLOCK_SECONDS = 0.05  # a round times each model for about this long at least
-MAX_REPEATS = 1000
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class SpeedReport:
     batch_size : int
         Samples in the timed batch.
     float32_seconds, bfloat16_seconds : float
-        Median time of one call per model.
+        Time of one call per model, in the round whose ratio is the median.
     speedup : float
         Median over the rounds of float32 time / bfloat16 time: above 1 is faster in bfloat16.
     spread : tuple of float
@@ -140,18 +137,16 @@ def compare_speed(fp32_model: Any, bf16_model: Any, inputs: Any, batch_size: int
     for call in calls:
         for _ in range(WARM_UP):
             call()
-    repeats = _repeats(min(call() for call in calls))
+    repeats = repeats_for(min(call() for call in calls))
     times = ([], [])
     for _ in range(rounds):
         for call, spent in zip(calls, times):
             spent.append(sum(call() for _ in range(repeats)) / repeats)
-    ratios = [a / b if b > 0 else float("inf") for a, b in zip(*times)]
     reference.release()
     reduced.release()
-    return SpeedReport(batch_size=samples, float32_seconds=statistics.median(times[0]),
-                       bfloat16_seconds=statistics.median(times[1]),
-                       speedup=statistics.median(ratios), spread=(min(ratios), max(ratios)),
-                       rounds=rounds, float32_setting=setting,
+    float32, bfloat16, speedup, spread = median_round(*times)
+    return SpeedReport(batch_size=samples, float32_seconds=float32, bfloat16_seconds=bfloat16,
+                       speedup=speedup, spread=spread, rounds=rounds, float32_setting=setting,
                        cpu="%s, oneDNN's AMX kernels: %s" % (
                            bfloat16_native() or "no native bfloat16", amx_status() or "not asked"))
 
@@ -169,13 +164,6 @@ def _best_float32(runner, call):
     except mx.base.MXNetError as err:
         runner.block.hybridize(static_alloc=True, static_shape=True)
         return "static memory (oneDNN's subgraph backend refused the graph: %s)" % one_line(err)
-
-
-def _repeats(seconds):
-    """Calls per model per round so that a round of a fast model is not a timer's noise."""
-    if seconds <= 0:
-        return MAX_REPEATS
-    return int(min(MAX_REPEATS, max(1, math.ceil(BLOCK_SECONDS / seconds))))
 
 
 def _timed_call(runner, batch):

@@ -18,7 +18,6 @@ For a few seconds it holds about twice the block's training memory more; where t
 exceed the memory available, it is skipped with a note. ``MXMIXED_BFLOAT16_SPEED_CHECK=0``
 turns it off.
 """
-import math
 import re
 import time
 import warnings
@@ -39,14 +38,14 @@ from .._core.errors import one_line
 from .._core.graph import Graph
 from .._core.ops import CAST_OPS
 from .._core.progress import progress
+from .._core.timing import median_round, repeats_for
 from .._core.state import AMP
 
 __all__ = ["TrainingSpeed", "bfloat16_speed", "watch_training_speed", "SPEED_CHECK"]
 
 SPEED_CHECK = "MXMIXED_BFLOAT16_SPEED_CHECK"
 WARM_UP = 1  # steps of each graph before timing: the first builds memory and oneDNN's primitives
-ROUNDS = 3  # timed rounds, each one step of each graph (more for a small one: ROUND_SECONDS)
-ROUND_SECONDS = 0.05  # a round repeats a fast step for about this long: one step is timer noise
+ROUNDS = 3  # timed rounds, each one step of each graph (more for a small one: _core.timing)
 MAX_REPEATS = 50
 BAR_DELAY = 1.0  # seconds before the bar shows: a small model's check ends before
 # a block slower in bfloat16 by less than this a step is recorded, not warned about: GluonNLP
@@ -261,11 +260,9 @@ def _measure(block, args, start):
     finally:
         for twin in twins:
             twin.release()
-    ratios = [a / b if b > 0 else float("inf") for a, b in zip(*times)]
-    middle = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
-    return TrainingSpeed(_name(block), _batch_size(data), times[0][middle], times[1][middle],
-                         ratios[middle], (min(ratios), max(ratios)), len(ratios),
-                         time.perf_counter() - start, backward=backward)
+    seconds32, seconds16, speedup, spread = median_round(*times)
+    return TrainingSpeed(_name(block), _batch_size(data), seconds32, seconds16, speedup, spread,
+                         len(times[0]), time.perf_counter() - start, backward=backward)
 
 
 def _measured_graph(block):
@@ -450,7 +447,7 @@ def _time(twins, block_name):
                 twin.step()
                 fastest = min(fastest, time.perf_counter() - start)
             steps.update()
-        repeats = int(min(MAX_REPEATS, max(1, math.ceil(ROUND_SECONDS / max(fastest, 1e-9)))))
+        repeats = repeats_for(fastest, most=MAX_REPEATS)
         times = ([], [])
         for _ in range(ROUNDS):
             for twin, spent in zip(twins, times):
