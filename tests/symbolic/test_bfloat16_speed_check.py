@@ -42,13 +42,9 @@ def _given_times(monkeypatch, float32, bfloat16):
 
     def timed(runner, batch):
         call = real(runner, batch)
-        spent = bfloat16 if symbolic_is_bfloat16(runner) else float32
+        spent = bfloat16 if runner.compute_dtype() == "bfloat16" else float32
         return lambda: (call(), spent)[1]
     monkeypatch.setattr(_speed, "_timed_call", timed)
-
-
-def symbolic_is_bfloat16(runner):
-    return runner.compute_dtype() == "bfloat16"
 
 
 @needs_bfloat16

@@ -93,28 +93,29 @@ def test_a_slower_bfloat16_warns_once_with_the_figure(monkeypatch):
     assert record.slower and record.speedup == pytest.approx(0.4)
 
 
-def test_a_block_slower_by_under_a_millisecond_a_step_is_recorded_without_a_warning(
-        monkeypatch):
-    monkeypatch.setattr(_speedcheck, "_step_seconds", _times(0.0002, 0.00024))
+def _one_net_trained_with_times(monkeypatch, float32, bfloat16):
+    """One net trained under bfloat16 AMP with the check's times given: the warnings about
+    bfloat16 training, and the net's record."""
+    monkeypatch.setattr(_speedcheck, "_step_seconds", _times(float32, bfloat16))
     before = len(bfloat16_speed())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with mxmixed.amp_scope(target_dtype="bfloat16"):
             _train(_net())
-    assert [w for w in caught if "bfloat16 training" in str(w.message)] == []
     (record,) = _new_records(before)
+    return [w for w in caught if "bfloat16 training" in str(w.message)], record
+
+
+def test_a_block_slower_by_under_a_millisecond_a_step_is_recorded_without_a_warning(
+        monkeypatch):
+    told, record = _one_net_trained_with_times(monkeypatch, 0.0002, 0.00024)
+    assert told == []
     assert record.slower and record.speedup == pytest.approx(0.2 / 0.24)
 
 
 def test_a_faster_bfloat16_is_recorded_without_a_warning(monkeypatch):
-    monkeypatch.setattr(_speedcheck, "_step_seconds", _times(1.5, 1.0))
-    before = len(bfloat16_speed())
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with mxmixed.amp_scope(target_dtype="bfloat16"):
-            _train(_net())
-    assert [w for w in caught if "bfloat16 training" in str(w.message)] == []
-    (record,) = _new_records(before)
+    told, record = _one_net_trained_with_times(monkeypatch, 1.5, 1.0)
+    assert told == []
     assert not record.slower and record.speedup == pytest.approx(1.5)
 
 
